@@ -1,0 +1,393 @@
+"""GQA-grouped paged decode attention in Triton, split along the sequence, with a reduction pass.
+
+Layout (all tensors on one device):
+    q            [batch, num_q_heads, head_dim]              bf16 or fp16
+    k_cache      [num_pages, num_kv_heads, page_size, head_dim]  same dtype as q
+    v_cache      [num_pages, num_kv_heads, page_size, head_dim]  same dtype as q
+    block_tables [batch, max_pages_per_seq] int32: page ids of each sequence, in order
+    seq_lens     [batch] int32: tokens in the KV cache per sequence (>= 1)
+    out          [batch, num_q_heads, head_dim] same dtype as q
+
+One page of one KV head is `page_size * head_dim` contiguous elements (16 x 128 x 2 B = 4 KiB at
+the default), so every page read is a whole number of 256-byte segments.
+
+Grouped variant (the article's kernel, `grouped=True`): one program owns one (sequence, KV head,
+split) and computes all `num_q_heads // num_kv_heads` query heads of that group from a single
+read of each K/V tile. Non-grouped variant (`grouped=False`): one program per query head, so
+each KV tile is read once per query head of its group; it exists so the grouped kernel's gain can
+be measured. The two differ only in the GROUPED constexpr.
+
+Split-K: a sequence is cut into `tokens_per_split` slices handled by separate programs, so that
+one long sequence (batch 1 x 32K) still fills every SM. Each program writes its partial
+(normalised output, log-sum-exp); `_combine_kernel` merges the partials. With a single split the
+first pass writes the output directly and the second pass is skipped.
+
+Accumulation is float32 throughout (scores, running max, running sum, output accumulator); the
+softmax uses exp2 with log2(e) folded into the scale.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+# Without a GPU the kernels run under Triton's interpreter (CPU CI). The interpreter is chosen
+# when `triton.jit` decorates a function, so the variable must be set before triton is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+SUPPORTED_PAGE_SIZES = (1, 8, 16, 32, 64, 128)
+DEFAULT_PAGE_SIZE = 16
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
+_LOG2E = 1.4426950408889634
+
+# Split policy defaults, tuned on the H200 (kernels/README.md): aim for this many programs per SM
+# so the tail of a ragged batch is short, but never cut a split below MIN_SPLIT_TOKENS tokens
+# (each split costs a partial write of group x head_dim floats and a share of the combine pass).
+DEFAULT_PROGRAMS_PER_SM = 8
+MIN_SPLIT_TOKENS = 256
+MAX_SPLITS = 256
+
+
+@triton.jit
+def _paged_decode_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr,
+    qk_scale,  # softmax scale * log2(e): scores live in the log2 domain
+    stride_qb, stride_qh,
+    stride_kp, stride_kh, stride_kt,
+    stride_vp, stride_vh, stride_vt,
+    stride_btb,
+    stride_ob, stride_oh,
+    stride_pob, stride_poh, stride_pos,
+    stride_plb, stride_plh,
+    tokens_per_split,
+    GROUP: tl.constexpr,      # query heads per KV head
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,    # tokens per inner tile
+    BLOCK_G: tl.constexpr,    # query rows per program, padded to >= 16 for tl.dot
+    GROUPED: tl.constexpr,
+    SPLIT: tl.constexpr,      # True: write partials for _combine_kernel; False: write `out`
+    UPCAST_DOT: tl.constexpr,  # interpreter only: its tl.dot multiplies bf16 bit patterns
+):
+    pid_b = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    if GROUPED:
+        kv_head = pid_h
+        q_head0 = pid_h * GROUP
+        n_rows = GROUP
+    else:
+        kv_head = pid_h // GROUP
+        q_head0 = pid_h
+        n_rows = 1
+
+    seq_len = tl.load(seq_lens_ptr + pid_b)
+    start = pid_s * tokens_per_split
+    # Splits past the end of a short sequence in a ragged batch do nothing; the combine pass
+    # only reads the splits that cover the sequence, so they need not write anything either.
+    if start < seq_len:
+        end = tl.minimum(start + tokens_per_split, seq_len)
+
+        offs_g = tl.arange(0, BLOCK_G)
+        offs_d = tl.arange(0, HEAD_DIM)
+        offs_n = tl.arange(0, BLOCK_N)
+        mask_g = offs_g < n_rows
+
+        # [BLOCK_G, HEAD_DIM]: the query rows this program serves (padding rows are zero).
+        q = tl.load(
+            q_ptr + pid_b * stride_qb + (q_head0 + offs_g)[:, None] * stride_qh + offs_d[None, :],
+            mask=mask_g[:, None], other=0.0,
+        )
+        k_head_ptr = k_cache_ptr + kv_head * stride_kh
+        v_head_ptr = v_cache_ptr + kv_head * stride_vh
+        table_ptr = block_tables_ptr + pid_b * stride_btb
+
+        m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_G, HEAD_DIM], dtype=tl.float32)
+
+        for tok0 in range(start, end, BLOCK_N):
+            offs_t = tok0 + offs_n
+            mask_t = offs_t < end
+            # Each token finds its page through the block table; PAGE_SIZE is a power of two
+            # constexpr, so // and % are shifts and masks. int64 before the stride multiply:
+            # a pool of several GB overflows int32 element offsets.
+            page = tl.load(table_ptr + offs_t // PAGE_SIZE, mask=mask_t, other=0).to(tl.int64)
+            slot = offs_t % PAGE_SIZE
+            # [BLOCK_N, HEAD_DIM] K tile, read once for every query row of the group.
+            k = tl.load(
+                k_head_ptr + page[:, None] * stride_kp + slot[:, None] * stride_kt
+                + offs_d[None, :],
+                mask=mask_t[:, None], other=0.0,
+            )
+            if UPCAST_DOT:
+                s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = s * qk_scale  # [BLOCK_G, BLOCK_N] fp32
+            s = tl.where(mask_t[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(
+                v_head_ptr + page[:, None] * stride_vp + slot[:, None] * stride_vt
+                + offs_d[None, :],
+                mask=mask_t[:, None], other=0.0,
+            )
+            # P is rounded to the input dtype, as the tensor-core path requires.
+            p = p.to(v.dtype)
+            if UPCAST_DOT:
+                acc = acc * alpha[:, None] + tl.dot(p.to(tl.float32), v.to(tl.float32))
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p, v)
+            m_i = m_new
+
+        # Every split that runs holds >= 1 token, so l_i > 0 for all rows (padding rows too).
+        acc = acc / l_i[:, None]
+        rows = q_head0 + offs_g
+        if SPLIT:
+            tl.store(
+                part_out_ptr + pid_b * stride_pob + rows[:, None] * stride_poh
+                + pid_s * stride_pos + offs_d[None, :],
+                acc, mask=mask_g[:, None],
+            )
+            tl.store(
+                part_lse_ptr + pid_b * stride_plb + rows * stride_plh + pid_s,
+                m_i + tl.log2(l_i), mask=mask_g,
+            )
+        else:
+            tl.store(
+                out_ptr + pid_b * stride_ob + rows[:, None] * stride_oh + offs_d[None, :],
+                acc.to(out_ptr.dtype.element_ty), mask=mask_g[:, None],
+            )
+
+
+@triton.jit
+def _combine_kernel(
+    part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr,
+    stride_pob, stride_poh, stride_pos,
+    stride_plb, stride_plh,
+    stride_ob, stride_oh,
+    tokens_per_split,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,    # splits merged per step; bounded so the tile stays in registers
+):
+    pid_b = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + pid_b)
+    n_splits = tl.cdiv(seq_len, tokens_per_split)  # splits that hold tokens of this sequence
+
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    lse_ptr = part_lse_ptr + pid_b * stride_plb + pid_h * stride_plh
+    po_ptr = part_out_ptr + pid_b * stride_pob + pid_h * stride_poh
+
+    # Pass 1 over the [n_splits] log2-sum-exps: their max, so that pass 2 needs no rescaling.
+    # Splits past the sequence were never written: masked to -inf.
+    m_vec = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        mask_s = (s0 + offs_s) < n_splits
+        lse = tl.load(lse_ptr + s0 + offs_s, mask=mask_s, other=float("-inf"))
+        m_vec = tl.maximum(m_vec, lse)
+    m = tl.max(m_vec, axis=0)
+
+    # Pass 2: weight each split's normalised output by its share of the softmax mass.
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    w_vec = tl.zeros([BLOCK_S], dtype=tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        mask_s = (s0 + offs_s) < n_splits
+        lse = tl.load(lse_ptr + s0 + offs_s, mask=mask_s, other=float("-inf"))
+        w = tl.where(mask_s, tl.exp2(lse - m), 0.0)
+        # [BLOCK_S, HEAD_DIM] partial outputs of these splits.
+        part = tl.load(
+            po_ptr + (s0 + offs_s)[:, None] * stride_pos + offs_d[None, :],
+            mask=mask_s[:, None], other=0.0,
+        )
+        acc += tl.sum(part * w[:, None], axis=0)
+        w_vec += w
+    o = acc / tl.sum(w_vec, axis=0)
+    tl.store(out_ptr + pid_b * stride_ob + pid_h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty))
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132  # the H200's count: the interpreter then follows the GPU's split decisions
+
+
+def choose_split(
+    total_tokens: int, max_seq_len: int, programs_per_seq: int, num_sms: int, block_n: int,
+    programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
+) -> tuple[int, int]:
+    """Return (num_splits, tokens_per_split) for one launch.
+
+    The work (tokens x programs per sequence) is shared so that about `programs_per_sm` programs
+    per SM run; the longest sequence is cut into as many splits as that needs. Balancing by total
+    work, not by batch size, keeps one 32K request in a batch of short ones from being the tail.
+    """
+    target = max(1, programs_per_sm * num_sms)
+    tokens = -(-total_tokens * programs_per_seq // target)
+    tokens = max(tokens, MIN_SPLIT_TOKENS, -(-max_seq_len // MAX_SPLITS))
+    tokens = -(-tokens // block_n) * block_n
+    if tokens >= max_seq_len:
+        return 1, max(max_seq_len, 1)
+    return -(-max_seq_len // tokens), tokens
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    grouped: bool = True,
+    out: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    max_seq_len: int | None = None,
+    total_tokens: int | None = None,
+    check_bounds: bool = True,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
+) -> torch.Tensor:
+    """Decode attention of one new token per sequence against its paged KV cache.
+
+    Shapes are in the module docstring. Raises ValueError on any input the kernel cannot handle
+    (wrong ranks, mismatched heads, dtypes, devices, strides, page size, or, with check_bounds,
+    a sequence longer than its block table or a used page id outside the pool).
+
+    `max_seq_len` and `total_tokens` are host-side facts a serving engine already knows; passing
+    them avoids a device sync. `check_bounds=False` skips the page-table scan (also a sync) for
+    callers, such as the bench, that validated the same tables once before timing.
+    `num_splits` forces the split count (tests use it to exercise both passes).
+    """
+    _check(q.dim() == 3, f"q must be [batch, num_q_heads, head_dim], got shape {tuple(q.shape)}")
+    _check(k_cache.dim() == 4 and v_cache.dim() == 4,
+           "k_cache and v_cache must be [num_pages, num_kv_heads, page_size, head_dim], got "
+           f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    _check(k_cache.shape == v_cache.shape,
+           f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape")
+    batch, num_q_heads, head_dim = q.shape
+    num_pages, num_kv_heads, page_size, kv_head_dim = k_cache.shape
+    _check(q.dtype in SUPPORTED_DTYPES, f"q dtype {q.dtype} not supported: bf16 or fp16 only")
+    _check(k_cache.dtype == q.dtype and v_cache.dtype == q.dtype,
+           f"dtypes differ: q {q.dtype}, k_cache {k_cache.dtype}, v_cache {v_cache.dtype}")
+    _check(kv_head_dim == head_dim, f"head_dim differs: q {head_dim}, cache {kv_head_dim}")
+    _check(head_dim in (16, 32, 64, 128, 256), f"head_dim {head_dim} not in 16/32/64/128/256")
+    _check(num_kv_heads >= 1 and num_q_heads % num_kv_heads == 0,
+           f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    _check(page_size in SUPPORTED_PAGE_SIZES,
+           f"page_size {page_size} not supported: one of {SUPPORTED_PAGE_SIZES}")
+    _check(block_tables.dim() == 2 and block_tables.shape[0] == batch,
+           f"block_tables must be [batch={batch}, max_pages], got {tuple(block_tables.shape)}")
+    _check(seq_lens.dim() == 1 and seq_lens.shape[0] == batch,
+           f"seq_lens must be [batch={batch}], got {tuple(seq_lens.shape)}")
+    _check(block_tables.dtype == torch.int32, f"block_tables must be int32, got {block_tables.dtype}")
+    _check(seq_lens.dtype == torch.int32, f"seq_lens must be int32, got {seq_lens.dtype}")
+    devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens)}
+    _check(len(devices) == 1, f"all inputs must be on one device, got {sorted(map(str, devices))}")
+    # The kernel hard-codes unit stride along head_dim (so loads vectorise) and within a block
+    # table row; every other stride is passed in, so views that slice pages or heads still work.
+    _check(q.stride(2) == 1, f"q must have unit stride along head_dim, got strides {q.stride()}")
+    _check(k_cache.stride(3) == 1 and v_cache.stride(3) == 1,
+           f"k_cache/v_cache need unit stride along head_dim, got {k_cache.stride()} and "
+           f"{v_cache.stride()}")
+    _check(block_tables.stride(1) == 1 or block_tables.shape[1] <= 1,
+           f"block_tables rows must be contiguous, got strides {block_tables.stride()}")
+    _check(seq_lens.stride(0) == 1 or batch <= 1, "seq_lens must be contiguous")
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    else:
+        _check(out.shape == q.shape and out.dtype == q.dtype and out.device == q.device,
+               f"out must match q: {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)} {out.dtype}")
+        _check(out.stride(2) == 1, f"out must have unit stride along head_dim, got {out.stride()}")
+    if batch == 0:
+        return out
+
+    max_pages = block_tables.shape[1]
+    if check_bounds:
+        lens = seq_lens.to(torch.int64)
+        _check(bool((lens >= 1).all()), "seq_lens must be >= 1 (decode attends to >= 1 token)")
+        _check(bool((lens <= max_pages * page_size).all()),
+               f"a sequence is longer than its block table: max_pages {max_pages} x page_size "
+               f"{page_size} < max(seq_lens) {int(lens.max())}")
+        used = torch.arange(max_pages, device=lens.device)[None, :] < (
+            (lens + page_size - 1) // page_size)[:, None]
+        ids = block_tables[used]
+        _check(ids.numel() == 0 or bool(((ids >= 0) & (ids < num_pages)).all()),
+               f"block_tables point outside the pool of {num_pages} pages "
+               f"(used ids span {int(ids.min())}..{int(ids.max())})")
+    if max_seq_len is None or (num_splits is None and total_tokens is None):
+        lens_host = seq_lens.to("cpu", torch.int64)
+        max_seq_len = int(lens_host.max()) if max_seq_len is None else max_seq_len
+        total_tokens = int(lens_host.sum()) if total_tokens is None else total_tokens
+
+    group = num_q_heads // num_kv_heads
+    programs_per_seq = num_kv_heads if grouped else num_q_heads
+    if num_splits is None:
+        num_splits, tokens_per_split = choose_split(
+            total_tokens, max_seq_len, programs_per_seq, _num_sms(q.device), block_n,
+            programs_per_sm)
+    else:
+        _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")
+        tokens_per_split = -(-max_seq_len // num_splits)
+        num_splits = -(-max_seq_len // tokens_per_split)
+    block_g = max(16, triton.next_power_of_2(group if grouped else 1))
+    split = num_splits > 1
+    if split:
+        part_out = torch.empty((batch, num_q_heads, num_splits, head_dim),
+                               dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((batch, num_q_heads, num_splits), dtype=torch.float32,
+                               device=q.device)
+    else:
+        part_out = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
+    scale = (1.0 / math.sqrt(head_dim)) if sm_scale is None else float(sm_scale)
+
+    grid = (batch, programs_per_seq, num_splits)
+    _paged_decode_kernel[grid](
+        q, k_cache, v_cache, block_tables, seq_lens,
+        out, part_out, part_lse,
+        scale * _LOG2E,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0), out.stride(1),
+        part_out.stride(0), part_out.stride(1), part_out.stride(2),
+        part_lse.stride(0), part_lse.stride(1),
+        tokens_per_split,
+        GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n,
+        BLOCK_G=block_g, GROUPED=grouped, SPLIT=split,
+        # Triton's interpreter (CPU) mis-computes tl.dot on bf16; bf16 -> fp32 is exact, so the
+        # upcast keeps the same arithmetic as the GPU's bf16 x bf16 -> fp32 tensor-core dot.
+        UPCAST_DOT=(q.device.type == "cpu" and q.dtype == torch.bfloat16),
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if split:
+        _combine_kernel[(batch, num_q_heads)](
+            part_out, part_lse, seq_lens, out,
+            part_out.stride(0), part_out.stride(1), part_out.stride(2),
+            part_lse.stride(0), part_lse.stride(1),
+            out.stride(0), out.stride(1),
+            tokens_per_split,
+            HEAD_DIM=head_dim, BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
+            num_warps=4,
+        )
+    return out
