@@ -56,24 +56,39 @@ MAX_SPLITS = 256
 
 @triton.jit
 def _paged_decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    out_ptr, part_out_ptr, part_lse_ptr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    part_out_ptr,
+    part_lse_ptr,
     qk_scale,  # softmax scale * log2(e): scores live in the log2 domain
-    stride_qb, stride_qh,
-    stride_kp, stride_kh, stride_kt,
-    stride_vp, stride_vh, stride_vt,
+    stride_qb,
+    stride_qh,
+    stride_kp,
+    stride_kh,
+    stride_kt,
+    stride_vp,
+    stride_vh,
+    stride_vt,
     stride_btb,
-    stride_ob, stride_oh,
-    stride_pob, stride_poh, stride_pos,
-    stride_plb, stride_plh,
+    stride_ob,
+    stride_oh,
+    stride_pob,
+    stride_poh,
+    stride_pos,
+    stride_plb,
+    stride_plh,
     tokens_per_split,
-    GROUP: tl.constexpr,      # query heads per KV head
+    GROUP: tl.constexpr,  # query heads per KV head
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr,    # tokens per inner tile
-    BLOCK_G: tl.constexpr,    # query rows per program, padded to >= 16 for tl.dot
+    BLOCK_N: tl.constexpr,  # tokens per inner tile
+    BLOCK_G: tl.constexpr,  # query rows per program, padded to >= 16 for tl.dot
     GROUPED: tl.constexpr,
-    SPLIT: tl.constexpr,      # True: write partials for _combine_kernel; False: write `out`
+    SPLIT: tl.constexpr,  # True: write partials for _combine_kernel; False: write `out`
     UPCAST_DOT: tl.constexpr,  # interpreter only: its tl.dot multiplies bf16 bit patterns
 ):
     pid_b = tl.program_id(0)
@@ -103,7 +118,8 @@ def _paged_decode_kernel(
         # [BLOCK_G, HEAD_DIM]: the query rows this program serves (padding rows are zero).
         q = tl.load(
             q_ptr + pid_b * stride_qb + (q_head0 + offs_g)[:, None] * stride_qh + offs_d[None, :],
-            mask=mask_g[:, None], other=0.0,
+            mask=mask_g[:, None],
+            other=0.0,
         )
         k_head_ptr = k_cache_ptr + kv_head * stride_kh
         v_head_ptr = v_cache_ptr + kv_head * stride_vh
@@ -123,9 +139,12 @@ def _paged_decode_kernel(
             slot = offs_t % PAGE_SIZE
             # [BLOCK_N, HEAD_DIM] K tile, read once for every query row of the group.
             k = tl.load(
-                k_head_ptr + page[:, None] * stride_kp + slot[:, None] * stride_kt
+                k_head_ptr
+                + page[:, None] * stride_kp
+                + slot[:, None] * stride_kt
                 + offs_d[None, :],
-                mask=mask_t[:, None], other=0.0,
+                mask=mask_t[:, None],
+                other=0.0,
             )
             if UPCAST_DOT:
                 s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
@@ -138,9 +157,12 @@ def _paged_decode_kernel(
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(
-                v_head_ptr + page[:, None] * stride_vp + slot[:, None] * stride_vt
+                v_head_ptr
+                + page[:, None] * stride_vp
+                + slot[:, None] * stride_vt
                 + offs_d[None, :],
-                mask=mask_t[:, None], other=0.0,
+                mask=mask_t[:, None],
+                other=0.0,
             )
             # P is rounded to the input dtype, as the tensor-core path requires.
             p = p.to(v.dtype)
@@ -155,30 +177,43 @@ def _paged_decode_kernel(
         rows = q_head0 + offs_g
         if SPLIT:
             tl.store(
-                part_out_ptr + pid_b * stride_pob + rows[:, None] * stride_poh
-                + pid_s * stride_pos + offs_d[None, :],
-                acc, mask=mask_g[:, None],
+                part_out_ptr
+                + pid_b * stride_pob
+                + rows[:, None] * stride_poh
+                + pid_s * stride_pos
+                + offs_d[None, :],
+                acc,
+                mask=mask_g[:, None],
             )
             tl.store(
                 part_lse_ptr + pid_b * stride_plb + rows * stride_plh + pid_s,
-                m_i + tl.log2(l_i), mask=mask_g,
+                m_i + tl.log2(l_i),
+                mask=mask_g,
             )
         else:
             tl.store(
                 out_ptr + pid_b * stride_ob + rows[:, None] * stride_oh + offs_d[None, :],
-                acc.to(out_ptr.dtype.element_ty), mask=mask_g[:, None],
+                acc.to(out_ptr.dtype.element_ty),
+                mask=mask_g[:, None],
             )
 
 
 @triton.jit
 def _combine_kernel(
-    part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr,
-    stride_pob, stride_poh, stride_pos,
-    stride_plb, stride_plh,
-    stride_ob, stride_oh,
+    part_out_ptr,
+    part_lse_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    stride_pob,
+    stride_poh,
+    stride_pos,
+    stride_plb,
+    stride_plh,
+    stride_ob,
+    stride_oh,
     tokens_per_split,
     HEAD_DIM: tl.constexpr,
-    BLOCK_S: tl.constexpr,    # splits merged per step; bounded so the tile stays in registers
+    BLOCK_S: tl.constexpr,  # splits merged per step; bounded so the tile stays in registers
 ):
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -209,12 +244,15 @@ def _combine_kernel(
         # [BLOCK_S, HEAD_DIM] partial outputs of these splits.
         part = tl.load(
             po_ptr + (s0 + offs_s)[:, None] * stride_pos + offs_d[None, :],
-            mask=mask_s[:, None], other=0.0,
+            mask=mask_s[:, None],
+            other=0.0,
         )
         acc += tl.sum(part * w[:, None], axis=0)
         w_vec += w
     o = acc / tl.sum(w_vec, axis=0)
-    tl.store(out_ptr + pid_b * stride_ob + pid_h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty))
+    tl.store(
+        out_ptr + pid_b * stride_ob + pid_h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty)
+    )
 
 
 def _num_sms(device: torch.device) -> int:
@@ -224,7 +262,11 @@ def _num_sms(device: torch.device) -> int:
 
 
 def choose_split(
-    total_tokens: int, max_seq_len: int, programs_per_seq: int, num_sms: int, block_n: int,
+    total_tokens: int,
+    max_seq_len: int,
+    programs_per_seq: int,
+    num_sms: int,
+    block_n: int,
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
@@ -278,44 +320,66 @@ def paged_decode_attention(
     `num_splits` forces the split count (tests use it to exercise both passes).
     """
     _check(q.dim() == 3, f"q must be [batch, num_q_heads, head_dim], got shape {tuple(q.shape)}")
-    _check(k_cache.dim() == 4 and v_cache.dim() == 4,
-           "k_cache and v_cache must be [num_pages, num_kv_heads, page_size, head_dim], got "
-           f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
-    _check(k_cache.shape == v_cache.shape,
-           f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape")
+    _check(
+        k_cache.dim() == 4 and v_cache.dim() == 4,
+        "k_cache and v_cache must be [num_pages, num_kv_heads, page_size, head_dim], got "
+        f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}",
+    )
+    _check(
+        k_cache.shape == v_cache.shape,
+        f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape",
+    )
     batch, num_q_heads, head_dim = q.shape
     num_pages, num_kv_heads, page_size, kv_head_dim = k_cache.shape
     _check(q.dtype in SUPPORTED_DTYPES, f"q dtype {q.dtype} not supported: bf16 or fp16 only")
-    _check(k_cache.dtype == q.dtype and v_cache.dtype == q.dtype,
-           f"dtypes differ: q {q.dtype}, k_cache {k_cache.dtype}, v_cache {v_cache.dtype}")
+    _check(
+        k_cache.dtype == q.dtype and v_cache.dtype == q.dtype,
+        f"dtypes differ: q {q.dtype}, k_cache {k_cache.dtype}, v_cache {v_cache.dtype}",
+    )
     _check(kv_head_dim == head_dim, f"head_dim differs: q {head_dim}, cache {kv_head_dim}")
     _check(head_dim in (16, 32, 64, 128, 256), f"head_dim {head_dim} not in 16/32/64/128/256")
-    _check(num_kv_heads >= 1 and num_q_heads % num_kv_heads == 0,
-           f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-    _check(page_size in SUPPORTED_PAGE_SIZES,
-           f"page_size {page_size} not supported: one of {SUPPORTED_PAGE_SIZES}")
-    _check(block_tables.dim() == 2 and block_tables.shape[0] == batch,
-           f"block_tables must be [batch={batch}, max_pages], got {tuple(block_tables.shape)}")
-    _check(seq_lens.dim() == 1 and seq_lens.shape[0] == batch,
-           f"seq_lens must be [batch={batch}], got {tuple(seq_lens.shape)}")
-    _check(block_tables.dtype == torch.int32, f"block_tables must be int32, got {block_tables.dtype}")
+    _check(
+        num_kv_heads >= 1 and num_q_heads % num_kv_heads == 0,
+        f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads {num_kv_heads}",
+    )
+    _check(
+        page_size in SUPPORTED_PAGE_SIZES,
+        f"page_size {page_size} not supported: one of {SUPPORTED_PAGE_SIZES}",
+    )
+    _check(
+        block_tables.dim() == 2 and block_tables.shape[0] == batch,
+        f"block_tables must be [batch={batch}, max_pages], got {tuple(block_tables.shape)}",
+    )
+    _check(
+        seq_lens.dim() == 1 and seq_lens.shape[0] == batch,
+        f"seq_lens must be [batch={batch}], got {tuple(seq_lens.shape)}",
+    )
+    _check(
+        block_tables.dtype == torch.int32, f"block_tables must be int32, got {block_tables.dtype}"
+    )
     _check(seq_lens.dtype == torch.int32, f"seq_lens must be int32, got {seq_lens.dtype}")
     devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens)}
     _check(len(devices) == 1, f"all inputs must be on one device, got {sorted(map(str, devices))}")
     # The kernel hard-codes unit stride along head_dim (so loads vectorise) and within a block
     # table row; every other stride is passed in, so views that slice pages or heads still work.
     _check(q.stride(2) == 1, f"q must have unit stride along head_dim, got strides {q.stride()}")
-    _check(k_cache.stride(3) == 1 and v_cache.stride(3) == 1,
-           f"k_cache/v_cache need unit stride along head_dim, got {k_cache.stride()} and "
-           f"{v_cache.stride()}")
-    _check(block_tables.stride(1) == 1 or block_tables.shape[1] <= 1,
-           f"block_tables rows must be contiguous, got strides {block_tables.stride()}")
+    _check(
+        k_cache.stride(3) == 1 and v_cache.stride(3) == 1,
+        f"k_cache/v_cache need unit stride along head_dim, got {k_cache.stride()} and "
+        f"{v_cache.stride()}",
+    )
+    _check(
+        block_tables.stride(1) == 1 or block_tables.shape[1] <= 1,
+        f"block_tables rows must be contiguous, got strides {block_tables.stride()}",
+    )
     _check(seq_lens.stride(0) == 1 or batch <= 1, "seq_lens must be contiguous")
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     else:
-        _check(out.shape == q.shape and out.dtype == q.dtype and out.device == q.device,
-               f"out must match q: {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)} {out.dtype}")
+        _check(
+            out.shape == q.shape and out.dtype == q.dtype and out.device == q.device,
+            f"out must match q: {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)} {out.dtype}",
+        )
         _check(out.stride(2) == 1, f"out must have unit stride along head_dim, got {out.stride()}")
     if batch == 0:
         return out
@@ -324,15 +388,21 @@ def paged_decode_attention(
     if check_bounds:
         lens = seq_lens.to(torch.int64)
         _check(bool((lens >= 1).all()), "seq_lens must be >= 1 (decode attends to >= 1 token)")
-        _check(bool((lens <= max_pages * page_size).all()),
-               f"a sequence is longer than its block table: max_pages {max_pages} x page_size "
-               f"{page_size} < max(seq_lens) {int(lens.max())}")
-        used = torch.arange(max_pages, device=lens.device)[None, :] < (
-            (lens + page_size - 1) // page_size)[:, None]
+        _check(
+            bool((lens <= max_pages * page_size).all()),
+            f"a sequence is longer than its block table: max_pages {max_pages} x page_size "
+            f"{page_size} < max(seq_lens) {int(lens.max())}",
+        )
+        used = (
+            torch.arange(max_pages, device=lens.device)[None, :]
+            < ((lens + page_size - 1) // page_size)[:, None]
+        )
         ids = block_tables[used]
-        _check(ids.numel() == 0 or bool(((ids >= 0) & (ids < num_pages)).all()),
-               f"block_tables point outside the pool of {num_pages} pages "
-               f"(used ids span {int(ids.min())}..{int(ids.max())})")
+        _check(
+            ids.numel() == 0 or bool(((ids >= 0) & (ids < num_pages)).all()),
+            f"block_tables point outside the pool of {num_pages} pages "
+            f"(used ids span {int(ids.min())}..{int(ids.max())})",
+        )
     if max_seq_len is None or (num_splits is None and total_tokens is None):
         lens_host = seq_lens.to("cpu", torch.int64)
         max_seq_len = int(lens_host.max()) if max_seq_len is None else max_seq_len
@@ -342,8 +412,13 @@ def paged_decode_attention(
     programs_per_seq = num_kv_heads if grouped else num_q_heads
     if num_splits is None:
         num_splits, tokens_per_split = choose_split(
-            total_tokens, max_seq_len, programs_per_seq, _num_sms(q.device), block_n,
-            programs_per_sm)
+            total_tokens,
+            max_seq_len,
+            programs_per_seq,
+            _num_sms(q.device),
+            block_n,
+            programs_per_sm,
+        )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")
         tokens_per_split = -(-max_seq_len // num_splits)
@@ -351,10 +426,12 @@ def paged_decode_attention(
     block_g = max(16, triton.next_power_of_2(group if grouped else 1))
     split = num_splits > 1
     if split:
-        part_out = torch.empty((batch, num_q_heads, num_splits, head_dim),
-                               dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((batch, num_q_heads, num_splits), dtype=torch.float32,
-                               device=q.device)
+        part_out = torch.empty(
+            (batch, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=q.device
+        )
+        part_lse = torch.empty(
+            (batch, num_q_heads, num_splits), dtype=torch.float32, device=q.device
+        )
     else:
         part_out = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
@@ -362,32 +439,61 @@ def paged_decode_attention(
 
     grid = (batch, programs_per_seq, num_splits)
     _paged_decode_kernel[grid](
-        q, k_cache, v_cache, block_tables, seq_lens,
-        out, part_out, part_lse,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        out,
+        part_out,
+        part_lse,
         scale * _LOG2E,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
         block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        part_out.stride(0), part_out.stride(1), part_out.stride(2),
-        part_lse.stride(0), part_lse.stride(1),
+        out.stride(0),
+        out.stride(1),
+        part_out.stride(0),
+        part_out.stride(1),
+        part_out.stride(2),
+        part_lse.stride(0),
+        part_lse.stride(1),
         tokens_per_split,
-        GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n,
-        BLOCK_G=block_g, GROUPED=grouped, SPLIT=split,
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size,
+        BLOCK_N=block_n,
+        BLOCK_G=block_g,
+        GROUPED=grouped,
+        SPLIT=split,
         # Triton's interpreter (CPU) mis-computes tl.dot on bf16; bf16 -> fp32 is exact, so the
         # upcast keeps the same arithmetic as the GPU's bf16 x bf16 -> fp32 tensor-core dot.
         UPCAST_DOT=(q.device.type == "cpu" and q.dtype == torch.bfloat16),
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if split:
         _combine_kernel[(batch, num_q_heads)](
-            part_out, part_lse, seq_lens, out,
-            part_out.stride(0), part_out.stride(1), part_out.stride(2),
-            part_lse.stride(0), part_lse.stride(1),
-            out.stride(0), out.stride(1),
+            part_out,
+            part_lse,
+            seq_lens,
+            out,
+            part_out.stride(0),
+            part_out.stride(1),
+            part_out.stride(2),
+            part_lse.stride(0),
+            part_lse.stride(1),
+            out.stride(0),
+            out.stride(1),
             tokens_per_split,
-            HEAD_DIM=head_dim, BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
+            HEAD_DIM=head_dim,
+            BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
             num_warps=4,
         )
     return out

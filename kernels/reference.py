@@ -17,7 +17,7 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
     """One sequence's keys (or values) as [seq_len, num_kv_heads, head_dim], in cache dtype."""
     page_size = cache.shape[2]
     n_pages = -(-seq_len // page_size)
-    pages = cache[block_table[:n_pages].long()]            # [n_pages, H_kv, page_size, D]
+    pages = cache[block_table[:n_pages].long()]  # [n_pages, H_kv, page_size, D]
     pages = pages.permute(0, 2, 1, 3).reshape(-1, cache.shape[1], cache.shape[3])
     return pages[:seq_len]
 
@@ -39,7 +39,7 @@ def paged_decode_reference(
         n = int(seq_lens[b])
         k = gather_kv(k_cache, block_tables[b], n).float().repeat_interleave(group, dim=1)
         v = gather_kv(v_cache, block_tables[b], n).float().repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,thd->ht", q[b].float(), k) * scale     # [H_q, seq_len]
+        scores = torch.einsum("hd,thd->ht", q[b].float(), k) * scale  # [H_q, seq_len]
         out[b] = torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v)
     return out
 
@@ -48,10 +48,10 @@ def paged_decode_reference(
 class PagedKV:
     """A random paged KV pool and the tables that describe a batch of sequences in it."""
 
-    k_cache: torch.Tensor       # [num_pages, H_kv, page_size, D]
-    v_cache: torch.Tensor       # [num_pages, H_kv, page_size, D]
+    k_cache: torch.Tensor  # [num_pages, H_kv, page_size, D]
+    v_cache: torch.Tensor  # [num_pages, H_kv, page_size, D]
     block_tables: torch.Tensor  # [batch, max_pages] int32
-    seq_lens: torch.Tensor      # [batch] int32
+    seq_lens: torch.Tensor  # [batch] int32
 
     @property
     def kv_bytes(self) -> int:
@@ -90,7 +90,7 @@ def make_paged_kv(
     tables = torch.full((len(seq_lens), max(max_pages, 1)), -1, dtype=torch.int32, device=device)
     at = 0
     for b, n_pages in enumerate(pages_per_seq):
-        tables[b, :n_pages] = order[at:at + n_pages].to(torch.int32)
+        tables[b, :n_pages] = order[at : at + n_pages].to(torch.int32)
         at += n_pages
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
     return PagedKV(k, v, tables, lens)
