@@ -1,0 +1,35 @@
+"""Name -> policy class, one dict per kind. A policy class has `Params` (pydantic) and a
+constructor taking the parsed params (routing policies also take the run's rng)."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import ValidationError
+
+from policies import admission, eviction, routing
+from sim.config import ConfigError, PolicySpec, format_validation_error
+
+ROUTING = {
+    "round_robin": routing.RoundRobin,
+    "least_loaded": routing.LeastLoaded,
+    "prefix_affinity": routing.PrefixAffinity,
+}
+EVICTION = {
+    "lru": eviction.LRU,
+}
+ADMISSION = {
+    "always": admission.Always,
+}
+REGISTRY = {"routing": ROUTING, "eviction": EVICTION, "admission": ADMISSION}
+
+
+def make_policy(kind: str, spec: PolicySpec, rng: np.random.Generator | None = None):
+    table = REGISTRY[kind]
+    if spec.name not in table:
+        raise ConfigError(f"policies.{kind}.name: unknown policy {spec.name!r}; allowed: {', '.join(sorted(table))}")
+    cls = table[spec.name]
+    try:
+        params = cls.Params.model_validate(spec.params)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, prefix=f"policies.{kind}.params.")) from None
+    return cls(params, rng) if kind == "routing" else cls(params)

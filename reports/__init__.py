@@ -1,0 +1,1 @@
+"""Reports read only what a run wrote to disk: HTML reports, comparisons, regression checks."""

@@ -1,0 +1,110 @@
+"""The `kvsched` command line: a thin layer over the packages.
+
+Every user error (config, trace, argument) exits with status 2 and one line naming the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sim.config import ConfigError, load_config_file
+
+SUMMARY_COLUMNS = [
+    ("request_throughput", "req/s", "{:.2f}"), ("output_throughput", "out tok/s", "{:.0f}"),
+    ("mean_ttft_ms", "mean TTFT ms", "{:.0f}"), ("p99_ttft_ms", "P99 TTFT ms", "{:.0f}"),
+    ("p99_tpot_ms", "P99 TPOT ms", "{:.1f}"), ("prefix_hit_rate", "hit rate", "{:.1%}"),
+    ("peak_kv_bytes", "peak KV GB", "{:.0f}"), ("oom_events", "OOM", "{}"),
+    ("preemptions", "preempt", "{}"), ("completed", "done", "{}"),
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, status 2 (argparse prints usage + message)
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def _fmt(key: str, value, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if key == "peak_kv_bytes":
+        value = value / 1e9
+    return fmt.format(value)
+
+
+def summary_table(summary: dict) -> str:
+    arms = summary["arms"]
+    head = ["arm", *(label for _, label, _ in SUMMARY_COLUMNS)]
+    rows = [[arm, *(_fmt(k, m.get(k), f) for k, _, f in SUMMARY_COLUMNS)] for arm, m in arms.items()]
+    first = next(iter(arms.values()), {})
+    if len(arms) > 1 and first.get("output_throughput"):
+        head.append("x thrpt")
+        for row, m in zip(rows, arms.values(), strict=True):
+            row.append(f"{m['output_throughput'] / first['output_throughput']:.2f}")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + f"\nlatency model: {summary.get('latency_model')}"
+
+
+def cmd_run(args) -> int:
+    from sim.experiment import run_experiment
+
+    raw = load_config_file(args.config) if args.config else {}
+    if args.duration is not None:
+        raw["duration_s"] = args.duration
+    if args.seed is not None:
+        raw["seed"] = args.seed
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
+    summary = run_experiment(raw, args.out, arms, show_progress=not args.quiet, write_report=not args.no_report)
+    print(summary_table(summary))
+    print(f"run directory: {args.out}")
+    if not args.no_report:
+        print(f"report: {Path(args.out) / 'report.html'}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from reports.html import write_report
+
+    write_report([Path(d) for d in args.run_dirs], Path(args.out))
+    print(f"report: {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kvsched", description="KV-cache scheduling what-if simulator")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="simulate an experiment (default: the article's benchmark)")
+    run.add_argument("--config", help="YAML or JSON experiment config")
+    run.add_argument("--out", default="runs/seed", help="run directory (default runs/seed)")
+    run.add_argument("--duration", type=float, help="simulated seconds (overrides duration_s)")
+    run.add_argument("--seed", type=int, help="random seed (overrides seed)")
+    run.add_argument("--arms", help="comma-separated arms to run (default: the config's, else the built-ins)")
+    run.add_argument("--no-report", action="store_true", help="skip report.html")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(func=cmd_run)
+    rep = sub.add_parser("report", help="HTML report of one or more run directories")
+    rep.add_argument("run_dirs", nargs="+")
+    rep.add_argument("--out", required=True)
+    rep.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+

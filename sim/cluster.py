@@ -1,0 +1,147 @@
+"""The cluster: a central router process in front of N nodes, fed by a workload.
+
+Open loop: requests enter at their `arrival_s`. Closed loop: each client sends its next request
+as soon as the previous one finishes. Every request goes through the routing policy, which sees
+read-only node views (queue, running, KV, and the cached prefix length per the routing table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import simpy
+
+from policies import make_policy
+from sim.config import ExperimentConfig
+from sim.kv.contiguous import ContiguousAllocator
+from sim.kv.hashing import page_keys
+from sim.kv.manager import ContiguousKV, PagedKV
+from sim.kv.paged_cache import PagedKVCache
+from sim.latency import make_latency_model
+from sim.metrics import Recorder
+from sim.node import Node
+from sim.routing_table import RoutingTable
+from sim.sequence import Sequence, Status
+from sim.views import NodeView, RouteQuery
+from workloads.request import Request, Workload
+
+
+class Cluster:
+    def __init__(self, cfg: ExperimentConfig, workload: Workload, rng: np.random.Generator):
+        self.cfg = cfg
+        self.env = simpy.Environment()
+        self.workload = workload
+        self.rng = rng
+        self.latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+        self.router = make_policy("routing", cfg.policies.routing, rng)
+        self.table = RoutingTable(cfg.cluster.num_nodes)
+        self.page_size = cfg.cache.page_size
+        self.token_bytes = cfg.model.kv_bytes_per_token
+        self.capacity_bytes = cfg.kv_capacity_bytes
+        self.recorder = Recorder(cfg)
+        self.nodes = [self._make_node(i) for i in range(cfg.cluster.num_nodes)]
+        self.sequences: list[Sequence] = []
+        self.hit_tokens = 0
+        self.prompt_tokens = 0
+
+    # -- construction --------------------------------------------------------------------------
+    def _make_node(self, node_id: int) -> Node:
+        c = self.cfg.cache
+        if c.mechanism == "contiguous":
+            alloc = ContiguousAllocator(self.capacity_bytes, int(c.segment_bytes))
+            kv = ContiguousKV(alloc, self.token_bytes, c.max_new_tokens, c.max_model_len)
+        else:
+            page_bytes = self.page_size * self.token_bytes
+            cache = PagedKVCache(
+                self.capacity_bytes // page_bytes, self.page_size, page_bytes,
+                eviction=make_policy("eviction", self.cfg.policies.eviction),
+                admission=make_policy("admission", self.cfg.policies.admission),
+                prefix_cache=c.prefix_cache, verify_tokens=c.index != "hash_only",
+                epoch_reclaim=c.reclaim == "epoch", eviction_batch_pages=c.eviction_batch_pages,
+                node_id=node_id,
+            )
+            cache.listeners.append(self.table.on_cache_event)
+            kv = PagedKV(cache, self.token_bytes)
+        return Node(self.env, node_id, self.cfg.node, kv, self.latency, self._on_finish)
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, progress=None) -> None:
+        if self.workload.num_clients is None:
+            self.env.process(self._open_loop(self.workload.requests))
+        else:
+            for client in range(self.workload.num_clients):
+                self.env.process(self._client(client))
+        self.env.process(self.recorder.sample_loop(self.env, self))
+        step = max(1.0, self.cfg.duration_s / 100)
+        t = 0.0
+        while t < self.cfg.duration_s:
+            t = min(self.cfg.duration_s, t + step)
+            self.env.run(until=t)
+            if progress is not None:
+                progress(t)
+        for seq in self.sequences:
+            if seq.status in (Status.WAITING, Status.RUNNING):
+                seq.status = Status.UNFINISHED
+
+    def _open_loop(self, requests: Iterator[Request]):
+        for req in requests:
+            if req.arrival_s >= self.cfg.duration_s:
+                return
+            if req.arrival_s > self.env.now:
+                yield self.env.timeout(req.arrival_s - self.env.now)
+            self.dispatch(req)
+
+    def _client(self, client: int):
+        while True:
+            req = next(self.workload.requests, None)
+            if req is None:
+                return
+            seq = self.dispatch(req)
+            if seq.status == Status.FAILED:
+                continue
+            seq.done = self.env.event()
+            yield seq.done
+
+    def dispatch(self, req: Request) -> Sequence:
+        """Route one request to a node (or fail it at once if it can never be served)."""
+        now = self.env.now
+        keys = page_keys(req.prompt, self.page_size, self.cfg.cache.hash_bits)
+        seq = Sequence(req=req, keys=keys, arrival_s=now if req.arrival_s is None else req.arrival_s)
+        self.sequences.append(seq)
+        seq.routed_s = now
+        if not self._can_ever_fit(seq):
+            seq.status = Status.FAILED
+            seq.finish_s = now
+            self._on_finish(seq)
+            return seq
+        query = RouteQuery(req.request_id, req.prompt_tokens, keys, self.page_size)
+        node = self.router.route(query, self.views(keys))
+        self.nodes[node].submit(seq)
+        return seq
+
+    def _can_ever_fit(self, seq: Sequence) -> bool:
+        total = seq.prompt_tokens + seq.req.output_tokens
+        if self.cfg.cache.mechanism == "contiguous":
+            return total <= self.cfg.cache.max_model_len and total * self.token_bytes <= self.capacity_bytes
+        return total * self.token_bytes <= self.capacity_bytes
+
+    def views(self, keys: np.ndarray) -> list[NodeView]:
+        matched = self.table.matched_pages(keys)
+        out = []
+        for node in self.nodes:
+            kv = node.kv
+            out.append(NodeView(
+                node_id=node.node_id, num_waiting=len(node.waiting), num_running=len(node.running),
+                kv_capacity_tokens=self.capacity_bytes // self.token_bytes,
+                kv_free_tokens=kv.free_tokens(), kv_used_tokens=kv.usage().allocated_bytes // self.token_bytes,
+                waiting_prompt_tokens=node.waiting_prompt_tokens,
+                cached_prefix_tokens=int(matched[node.node_id]) * self.page_size,
+            ))
+        return out
+
+    def _on_finish(self, seq: Sequence) -> None:
+        self.hit_tokens += seq.cached_tokens
+        self.prompt_tokens += seq.prompt_tokens
+        if seq.done is not None and not seq.done.triggered:
+            seq.done.succeed()

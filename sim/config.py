@@ -1,0 +1,226 @@
+"""Experiment configuration: pydantic models at the edge, validated once, errors as one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sim.presets import GPU_PRESETS, MODEL_PRESETS
+
+
+class ConfigError(ValueError):
+    """A config, trace or argument the user must fix; the CLI prints it as one line, exit 2."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class ModelConfig(Strict):
+    name: str = "custom"
+    num_layers: int = Field(gt=0)
+    num_q_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    dtype_bytes: int = Field(default=2, gt=0)
+
+    @model_validator(mode="after")
+    def _gqa_divides(self) -> ModelConfig:
+        if self.num_q_heads % self.num_kv_heads:
+            raise ValueError("num_q_heads must be a multiple of num_kv_heads (GQA groups)")
+        return self
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """The article's formula: 2 (K and V) x layers x kv_heads x head_dim x bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def num_params(self) -> int:
+        h, q, kv, d = self.hidden_size, self.num_q_heads, self.num_kv_heads, self.head_dim
+        attention = h * q * d + 2 * h * kv * d + q * d * h
+        mlp = 3 * h * self.intermediate_size  # gated MLP: gate, up, down
+        return self.num_layers * (attention + mlp) + 2 * self.vocab_size * h
+
+
+class GpuConfig(Strict):
+    name: str = "custom"
+    hbm_bytes: float = Field(gt=0)
+    hbm_bytes_per_s: float = Field(gt=0)
+    bf16_flops_per_s: float = Field(gt=0)
+    interconnect_bytes_per_s: float = Field(gt=0)
+    calibration: str | None = None
+
+
+class NodeConfig(Strict):
+    num_gpus: int = Field(default=2, gt=0)
+    tp: int = Field(default=2, gt=0)
+    # Share of HBM given to weights + KV cache (vLLM's gpu_memory_utilization); the KV pool is
+    # what is left after the weights.
+    kv_memory_fraction: float = Field(default=0.9, gt=0, le=1)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    max_num_seqs: int = Field(default=256, gt=0)
+
+    @model_validator(mode="after")
+    def _tp_fits(self) -> NodeConfig:
+        if self.num_gpus % self.tp:
+            raise ValueError(f"tp={self.tp} must divide num_gpus={self.num_gpus}")
+        return self
+
+
+class ClusterConfig(Strict):
+    num_nodes: int = Field(default=4, gt=0)
+
+
+class CacheConfig(Strict):
+    mechanism: Literal["contiguous", "paged"] = "paged"
+    page_size: int = 16
+    prefix_cache: bool = True
+    index: Literal["two_level", "hash_only", "radix"] = "two_level"
+    hash_bits: int = Field(default=64, ge=1, le=64)
+    reclaim: Literal["immediate", "epoch"] = "epoch"
+    # Contiguous baseline: each request reserves prompt + max_new_tokens (the client's bound,
+    # capped at max_model_len) up front; the pool grows by segment_bytes up to the physical limit.
+    max_model_len: int = Field(default=40960, gt=0)
+    max_new_tokens: int = Field(default=4096, gt=0)
+    segment_bytes: float = Field(default=8e9, gt=0)
+    # Evict at least this many pages per eviction round (amortises the policy's scoring scan).
+    eviction_batch_pages: int = Field(default=64, gt=0)
+
+    @field_validator("page_size")
+    @classmethod
+    def _power_of_two(cls, v: int) -> int:
+        if v < 1 or v > 512 or v & (v - 1):
+            raise ValueError("must be a power of two from 1 to 512")
+        return v
+
+
+class PolicySpec(Strict):
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class PoliciesConfig(Strict):
+    routing: PolicySpec = PolicySpec(name="prefix_affinity")
+    eviction: PolicySpec = PolicySpec(name="lru")
+    admission: PolicySpec = PolicySpec(name="always")
+
+
+class WorkloadConfig(Strict):
+    name: str = "seed"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExperimentConfig(Strict):
+    name: str = "seed"
+    seed: int = 0
+    duration_s: float = Field(default=1200.0, gt=0)
+    # Sample per-node time series every this many simulated seconds.
+    sample_interval_s: float = Field(default=1.0, gt=0)
+    workload: WorkloadConfig = WorkloadConfig()
+    model: ModelConfig = Field(default="article-70b", validate_default=True)  # a preset name or shapes
+    gpu: GpuConfig = Field(default="h200", validate_default=True)
+    node: NodeConfig = NodeConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    cache: CacheConfig = CacheConfig()
+    policies: PoliciesConfig = PoliciesConfig()
+    arms: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_preset(cls, v: Any) -> Any:
+        return _preset(v, MODEL_PRESETS, "model")
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu_preset(cls, v: Any) -> Any:
+        return _preset(v, GPU_PRESETS, "gpu")
+
+    @model_validator(mode="after")
+    def _page_bytes_aligned(self) -> ExperimentConfig:
+        # A page must be a whole number of 256-byte GPU access granules on each GPU (per layer,
+        # per K or V, per TP shard), as the article requires.
+        per_layer = self.cache.page_size * self.model.num_kv_heads * self.model.head_dim
+        shard_bytes = per_layer * self.model.dtype_bytes // max(1, min(self.node.tp, self.model.num_kv_heads))
+        if self.cache.mechanism == "paged" and shard_bytes % 256:
+            raise ValueError(
+                f"cache.page_size={self.cache.page_size} gives {shard_bytes} bytes per page per layer "
+                "per GPU, not a multiple of 256"
+            )
+        return self
+
+    @property
+    def kv_capacity_bytes(self) -> int:
+        """KV pool of one node: HBM share minus the weights (replicated across TP groups)."""
+        dp = self.node.num_gpus // self.node.tp
+        usable = self.node.num_gpus * self.gpu.hbm_bytes * self.node.kv_memory_fraction
+        weights = dp * self.model.num_params * self.model.dtype_bytes
+        free = usable - weights
+        if free <= 0:
+            raise ConfigError(
+                f"model: {self.model.name} weights ({weights / 1e9:.0f} GB) do not fit in node memory "
+                f"({usable / 1e9:.0f} GB); raise node.num_gpus"
+            )
+        return int(free)
+
+
+def _preset(v: Any, presets: dict[str, dict], field: str) -> Any:
+    if isinstance(v, str):
+        if v not in presets:
+            raise ValueError(f"unknown preset {v!r}; allowed: {', '.join(sorted(presets))}")
+        return {"name": v, **presets[v]}
+    if isinstance(v, dict) and "preset" in v:
+        base = _preset(v["preset"], presets, field)
+        return {**base, **{k: x for k, x in v.items() if k != "preset"}}
+    return v
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Override `base` field by field; a named spec ({name, params}) with a new name replaces the old."""
+    out = dict(base)
+    for key, value in override.items():
+        old = out.get(key)
+        renamed = isinstance(value, dict) and isinstance(old, dict) and value.get("name", old.get("name")) != old.get("name")
+        if isinstance(value, dict) and isinstance(old, dict) and not renamed:
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-"))
+    field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "config"
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"{field}: {msg}"
+
+
+def parse_config(data: dict, source: str = "config") -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {format_validation_error(err)}") from None
+
+
+def load_config_file(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--config: no such file {path}")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}".splitlines()[0]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of config fields")
+    return data

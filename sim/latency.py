@@ -1,0 +1,87 @@
+"""Per-step latency model: prices one engine step (a batch of prefill chunks and decodes).
+
+Two models share one Protocol. `RooflineLatency` is the documented fallback: every part of the
+step takes max(FLOPs / matmul rate, bytes / HBM bandwidth) at the GPU preset's measured-class
+ceilings, plus a ring all-reduce over the interconnect for tensor parallelism; it is a lower bound
+(no launch overhead, no efficiency loss). `sim.calibration.CalibratedLatency` replaces the
+compute parts with tables measured on the real GPU by our Triton kernels (`kvsched calibrate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from sim.config import GpuConfig, ModelConfig
+
+CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "kernels" / "calibration"
+ALLREDUCE_LATENCY_S = 10e-6  # per all-reduce call: NCCL small-message latency class on NVLink
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One engine step on one node (all tensor-parallel ranks together)."""
+
+    prefill_new: np.ndarray  # int64 [num_prefill_chunks]: new prompt tokens computed per chunk
+    prefill_ctx: np.ndarray  # int64 [num_prefill_chunks]: tokens already in KV before the chunk
+    decode_ctx: np.ndarray  # int64 [num_decode]: context length (tokens in KV) per decode
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.prefill_new.sum()) + int(self.decode_ctx.shape[0])
+
+
+class LatencyModel(Protocol):
+    name: str
+
+    def step_time_s(self, plan: StepPlan) -> float: ...
+
+
+class RooflineLatency:
+    name = "roofline"
+
+    def __init__(self, model: ModelConfig, gpu: GpuConfig, tp: int):
+        self.model, self.gpu, self.tp = model, gpu, tp
+        h = model.hidden_size
+        attn_proj = h * model.num_q_heads * model.head_dim * 2 + 2 * h * model.num_kv_heads * model.head_dim
+        self.linear_params_per_gpu = model.num_layers * (attn_proj + 3 * h * model.intermediate_size) / tp
+        self.lm_head_params_per_gpu = model.vocab_size * h / tp
+        self.kv_bytes_per_token_per_gpu = model.kv_bytes_per_token / tp
+        # Per query token per context token per layer: QK^T and PV, 2 FLOPs per MAC, all heads.
+        self.attn_flops_per_pair_per_gpu = 4 * model.num_q_heads * model.head_dim * model.num_layers / tp
+
+    def step_time_s(self, plan: StepPlan) -> float:
+        return self.linear_s(plan) + self.attention_s(plan) + self.allreduce_s(plan.num_tokens)
+
+    def linear_s(self, plan: StepPlan) -> float:
+        tokens = plan.num_tokens
+        num_logits = int(plan.prefill_new.shape[0]) + int(plan.decode_ctx.shape[0])
+        flops = 2 * (self.linear_params_per_gpu * tokens + self.lm_head_params_per_gpu * num_logits)
+        weight_bytes = (self.linear_params_per_gpu + self.lm_head_params_per_gpu) * self.model.dtype_bytes
+        return max(flops / self.gpu.bf16_flops_per_s, weight_bytes / self.gpu.hbm_bytes_per_s)
+
+    def attention_s(self, plan: StepPlan) -> float:
+        kv_tokens_read = float(plan.decode_ctx.sum() + plan.prefill_ctx.sum() + plan.prefill_new.sum())
+        read_s = kv_tokens_read * self.kv_bytes_per_token_per_gpu / self.gpu.hbm_bytes_per_s
+        new = plan.prefill_new.astype(np.float64)
+        # Causal prefill: each new token attends to the context plus, on average, half the chunk.
+        pairs = float((new * (plan.prefill_ctx + (new + 1) / 2)).sum() + plan.decode_ctx.sum())
+        compute_s = pairs * self.attn_flops_per_pair_per_gpu / self.gpu.bf16_flops_per_s
+        return max(read_s, compute_s)
+
+    def allreduce_s(self, tokens: int) -> float:
+        if self.tp == 1:
+            return 0.0
+        # Two all-reduces per layer (after attention and after the MLP); ring all-reduce moves
+        # 2 (tp-1)/tp of the activation bytes over each GPU's link.
+        nbytes = tokens * self.model.hidden_size * self.model.dtype_bytes
+        per_call = 2 * (self.tp - 1) / self.tp * nbytes / self.gpu.interconnect_bytes_per_s
+        return 2 * self.model.num_layers * (per_call + ALLREDUCE_LATENCY_S)
+
+
+def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyModel:
+    """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline."""
+    return RooflineLatency(model, gpu, tp)

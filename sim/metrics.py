@@ -1,0 +1,112 @@
+"""Metric recording: per-request rows, per-node time series, and the run summary.
+
+Metric names follow the serving benchmarks people already use (vLLM's benchmark_serving:
+`request_throughput`, `output_throughput`, `p99_ttft_ms`, ...), plus the cache's own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from sim.sequence import Status
+
+if TYPE_CHECKING:
+    from sim.cluster import Cluster
+    from sim.config import ExperimentConfig
+
+REQUEST_COLUMNS = [
+    "request_id", "arm", "node", "tag", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+    "cached_tokens", "output_tokens", "preemptions", "false_hits", "wrong_reuse_tokens", "status",
+]
+SERIES_COLUMNS = [
+    "time_s", "node", "kv_capacity_bytes", "kv_pool_bytes", "kv_allocated_bytes", "kv_live_bytes",
+    "kv_cached_bytes", "kv_retired_bytes", "kv_fragmentation_bytes", "waiting", "running", "load",
+    "hit_tokens", "prompt_tokens",
+]
+
+
+class Recorder:
+    def __init__(self, cfg: ExperimentConfig):
+        self.cfg = cfg
+        self.rows: list[tuple] = []
+
+    def sample_loop(self, env, cluster: Cluster):
+        while True:
+            self.sample(env.now, cluster)
+            yield env.timeout(self.cfg.sample_interval_s)
+
+    def sample(self, now: float, cluster: Cluster) -> None:
+        for node in cluster.nodes:
+            u = node.kv.usage()
+            demand = u.allocated_bytes + node.waiting_prompt_tokens * cluster.token_bytes
+            self.rows.append((
+                now, node.node_id, u.capacity_bytes, u.pool_bytes, u.allocated_bytes, u.live_bytes,
+                u.cached_bytes, u.retired_bytes, u.fragmentation_bytes, len(node.waiting),
+                len(node.running), min(1.0, demand / u.capacity_bytes), cluster.hit_tokens,
+                cluster.prompt_tokens,
+            ))
+
+    def series(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=SERIES_COLUMNS)
+
+
+def request_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
+    rows = [(
+        s.req.request_id, arm, s.node, s.req.tag, s.arrival_s, s.first_token_s, s.finish_s,
+        s.prompt_tokens, s.cached_tokens, s.num_generated, s.preemptions, s.false_hits,
+        s.wrong_reuse_tokens, s.status.value,
+    ) for s in cluster.sequences]
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else math.nan
+
+
+def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) -> dict:
+    """The run's headline metrics (times in ms, throughputs per second of simulated time)."""
+    duration = cluster.cfg.duration_s
+    done = requests[requests.status == Status.FINISHED.value]
+    ttft = ((done.first_token_s - done.arrival_s) * 1e3).to_numpy()
+    e2el = ((done.finish_s - done.arrival_s) * 1e3).to_numpy()
+    decode_tokens = (done.output_tokens - 1).clip(lower=1)
+    tpot = ((done.finish_s - done.first_token_s) * 1e3 / decode_tokens)[done.output_tokens > 1].to_numpy()
+    served = requests[requests.status != Status.FAILED.value]
+    prompt_tokens = int(served.prompt_tokens.sum())
+    total_pool = series.groupby("time_s")[["kv_allocated_bytes", "kv_cached_bytes", "kv_retired_bytes"]].sum()
+    held = series.kv_allocated_bytes.sum()
+    nodes = [n.kv for n in cluster.nodes]
+    caches = [kv.cache for kv in nodes if hasattr(kv, "cache")]
+    out = {
+        "completed": len(done),
+        "failed": int((requests.status == Status.FAILED.value).sum()),
+        "unfinished": int((requests.status == Status.UNFINISHED.value).sum()),
+        "duration_s": duration,
+        "request_throughput": len(done) / duration,
+        "output_throughput": float(done.output_tokens.sum()) / duration,
+        "total_token_throughput": float(done.output_tokens.sum() + done.prompt_tokens.sum()) / duration,
+        "mean_ttft_ms": float(ttft.mean()) if ttft.size else math.nan,
+        "p50_ttft_ms": _pct(ttft, 50),
+        "p99_ttft_ms": _pct(ttft, 99),
+        "mean_tpot_ms": float(tpot.mean()) if tpot.size else math.nan,
+        "p50_tpot_ms": _pct(tpot, 50),
+        "p99_tpot_ms": _pct(tpot, 99),
+        "mean_e2el_ms": float(e2el.mean()) if e2el.size else math.nan,
+        "p50_e2el_ms": _pct(e2el, 50),
+        "p99_e2el_ms": _pct(e2el, 99),
+        "prefix_hit_rate": float(served.cached_tokens.sum()) / prompt_tokens if prompt_tokens else 0.0,
+        "peak_kv_bytes": int(total_pool.sum(axis=1).max()) if len(total_pool) else 0,
+        "kv_utilization": float(series.kv_live_bytes.sum() / held) if held else 0.0,
+        "oom_events": int(sum(getattr(kv, "oom_events", 0) for kv in nodes)),
+        "preemptions": int(sum(n.num_preemptions for n in cluster.nodes)),
+        "false_hits": int(requests.false_hits.sum()),
+        "wrong_reuse_tokens": int(requests.wrong_reuse_tokens.sum()),
+        "evicted_pages": int(sum(c.num_evicted_pages for c in caches)),
+        "admission_rejected_tokens": int(sum(c.admission_rejected_tokens for c in caches)),
+        "mean_node_busy": float(np.mean([n.busy_s for n in cluster.nodes])) / duration,
+    }
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}

@@ -1,0 +1,149 @@
+"""One serving node: a continuous-batching loop over a KV manager, priced by the latency model.
+
+Each step (as vLLM's v1 scheduler): running requests first (a decode token each, or the next
+chunk of their prefill), then waiting requests in FCFS order while the token budget, the sequence
+limit and KV memory allow. A running request that cannot get a page preempts the newest running
+request (recompute: its pages are dropped, cached ones stay cached) until it fits. The waiting
+head that cannot be placed blocks the queue (head-of-line), as in vLLM.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from sim.config import NodeConfig
+from sim.latency import LatencyModel, StepPlan
+from sim.sequence import Sequence, Status
+
+
+class Node:
+    def __init__(self, env: simpy.Environment, node_id: int, cfg: NodeConfig, kv, latency: LatencyModel,
+                 on_finish: Callable[[Sequence], None]):
+        self.env = env
+        self.node_id = node_id
+        self.cfg = cfg
+        self.kv = kv
+        self.latency = latency
+        self.on_finish = on_finish
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+        self.num_steps = 0
+        self.busy_s = 0.0
+        self._wakeup = env.event()
+        self.process = env.process(self.serve())
+
+    # -- what the router sees ----------------------------------------------------------------
+    @property
+    def waiting_prompt_tokens(self) -> int:
+        return sum(s.prompt_tokens for s in self.waiting)
+
+    def submit(self, seq: Sequence) -> None:
+        seq.node = self.node_id
+        self.waiting.append(seq)
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    # -- the serve loop ------------------------------------------------------------------------
+    def serve(self):
+        while True:
+            if not self.running and not self.waiting:
+                self._wakeup = self.env.event()
+                yield self._wakeup
+            batch = self.schedule()
+            if not batch:  # nothing fits (e.g. the waiting head is larger than the whole pool)
+                self._wakeup = self.env.event()
+                yield self._wakeup
+                continue
+            plan = self._plan(batch)
+            step_s = self.latency.step_time_s(plan)
+            yield self.env.timeout(step_s)
+            self.busy_s += step_s
+            self.num_steps += 1
+            self.apply(batch)
+
+    def schedule(self) -> list[tuple[Sequence, int]]:
+        """Pick (sequence, new tokens) for one step; allocates their KV."""
+        budget = self.cfg.max_num_batched_tokens
+        batch: list[tuple[Sequence, int]] = []
+        preempted = False
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq.status != Status.RUNNING:
+                continue  # preempted earlier in this loop
+            n = min(seq.prefill_target - seq.num_computed, budget) if seq.in_prefill else 1
+            while not self.kv.grow(seq, n, self.env.now):
+                victim = self.running[-1]
+                self.preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq.status == Status.RUNNING:
+                batch.append((seq, n))
+                budget -= n
+        if not preempted:
+            budget = self._admit_waiting(batch, budget)
+        return batch
+
+    def _admit_waiting(self, batch: list[tuple[Sequence, int]], budget: int) -> int:
+        now = self.env.now
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.kv.admit(seq, now):
+                break
+            n = min(seq.prefill_target - seq.num_computed, budget)
+            if not self.kv.grow(seq, n, now):
+                self.kv.free(seq)
+                break
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            batch.append((seq, n))
+            budget -= n
+        return budget
+
+    def preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.num_computed = 0
+        seq.stored_pages = 0
+        seq.preemptions += 1
+        seq.status = Status.WAITING
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _plan(self, batch: list[tuple[Sequence, int]]) -> StepPlan:
+        prefill = [(n, s.num_computed) for s, n in batch if s.in_prefill]
+        decode = [s.num_computed + 1 for s, _ in batch if not s.in_prefill]
+        new, ctx = (np.array(x, dtype=np.int64) for x in zip(*prefill, strict=True)) if prefill else (
+            np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        return StepPlan(prefill_new=new, prefill_ctx=ctx, decode_ctx=np.array(decode, dtype=np.int64))
+
+    def apply(self, batch: list[tuple[Sequence, int]]) -> None:
+        now = self.env.now
+        for seq, n in batch:
+            was_prefill = seq.in_prefill
+            seq.num_computed += n
+            self.kv.on_computed(seq, n, now)
+            if was_prefill and seq.in_prefill:
+                continue  # more chunks to go
+            if was_prefill and seq.num_generated:
+                continue  # recomputed after a preemption: decoding resumes next step
+            seq.num_generated += 1
+            if seq.num_generated == 1:
+                seq.first_token_s = now
+            if seq.num_generated >= seq.req.output_tokens:
+                self.finish(seq)
+        self.kv.end_step()
+
+    def finish(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.status = Status.FINISHED
+        seq.finish_s = self.env.now
+        self.on_finish(seq)

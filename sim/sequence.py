@@ -1,0 +1,54 @@
+"""A request's life inside the simulator: what is computed, cached, generated and when."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from workloads.request import Request
+
+
+class Status(StrEnum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"  # can never be placed (longer than max_model_len or the whole pool)
+    UNFINISHED = "unfinished"  # still in flight when the simulation ended
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    req: Request
+    keys: np.ndarray  # uint64 [num_full_prompt_pages]: chained page keys of the prompt
+    arrival_s: float
+    node: int = -1
+    status: Status = Status.WAITING
+    num_computed: int = 0  # tokens whose KV exists on the node
+    num_generated: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache at (first) admission
+    pages: list[int] = field(default_factory=list)
+    stored_pages: int = 0  # leading prompt pages already offered to the prefix index
+    cacheable: bool = True  # admission policy's verdict for this request's new segment
+    first_token_s: float = float("nan")
+    finish_s: float = float("nan")
+    routed_s: float = float("nan")
+    preemptions: int = 0
+    false_hits: int = 0
+    wrong_reuse_tokens: int = 0
+    oom_blocked: bool = False
+    done: object = None  # closed loop: SimPy event the client waits on
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.req.prompt_tokens
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens to compute before the next token is emitted (prompt, plus outputs after a preemption)."""
+        return self.prompt_tokens + max(0, self.num_generated - 1)
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.num_computed < self.prefill_target
