@@ -6,6 +6,7 @@ Every user error (config, trace, argument) exits with status 2 and one line nami
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -65,17 +66,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_report(args) -> int:
-    from reports.html import write_report
-
-    write_report([Path(d) for d in args.run_dirs], Path(args.out))
-    print(f"report: {args.out}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kvsched", description="KV-cache scheduling what-if simulator")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def register(sub) -> None:
     run = sub.add_parser("run", help="simulate an experiment (default: the article's benchmark)")
     run.add_argument("--config", help="YAML or JSON experiment config")
     run.add_argument("--out", default="runs/seed", help="run directory (default runs/seed)")
@@ -85,10 +76,27 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
-    rep = sub.add_parser("report", help="HTML report of one or more run directories")
-    rep.add_argument("run_dirs", nargs="+")
-    rep.add_argument("--out", required=True)
-    rep.set_defaults(func=cmd_report)
+
+
+def _register_kernels(sub) -> None:
+    """`kvsched bench` / `kvsched calibrate`: pass the rest of the line to the kernel tools."""
+    for name, func, text in [("bench", "bench_main", "Triton paged-attention micro-benchmark (GPU)"),
+                             ("calibrate", "calibrate_main", "measure the latency model's tables (GPU)")]:
+        p = sub.add_parser(name, help=text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=lambda args, f=func: getattr(importlib.import_module("kernels.cli"), f)(args.rest))
+
+
+# Each entry is a module with `register(subparsers)`; a feature adds its subcommands there.
+COMMAND_MODULES = ["sim.cli", "reports.cli"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kvsched", description="KV-cache scheduling what-if simulator")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    _register_kernels(sub)
     return p
 
 
