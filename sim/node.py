@@ -55,7 +55,9 @@ class Node:
                 self._wakeup = self.env.event()
                 yield self._wakeup
             batch = self.schedule()
-            if not batch:  # nothing fits (e.g. the waiting head is larger than the whole pool)
+            if not batch and self.kv.end_step():
+                continue  # no step is in flight, so retired pages can be reused at once
+            if not batch:  # nothing fits and nothing runs that could free memory
                 self._wakeup = self.env.event()
                 yield self._wakeup
                 continue

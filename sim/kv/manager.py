@@ -67,8 +67,9 @@ class PagedKV:
         self.cache.release(seq.pages)
         seq.pages = []
 
-    def end_step(self) -> None:
-        self.cache.end_epoch()
+    def end_step(self) -> int:
+        """The batch step finished: retired pages return to the free list; how many."""
+        return self.cache.end_epoch()
 
     def free_tokens(self) -> int:
         return self.cache.available_pages() * self.page_size
@@ -117,8 +118,8 @@ class ContiguousKV:
         self.live_tokens -= seq.num_computed
         self.alloc.free(seq.req.request_id)
 
-    def end_step(self) -> None:
-        pass
+    def end_step(self) -> int:
+        return 0
 
     def free_tokens(self) -> int:
         return (self.alloc.capacity_bytes - self.alloc.used_bytes) // self.token_bytes

@@ -20,6 +20,10 @@ class PageState(IntEnum):
     RETIRED = 3
 
 
+# Plain ints for the hot path: attribute access on an Enum class is slow in CPython.
+FREE, USED, CACHED, RETIRED = (int(s) for s in PageState)
+
+
 class PagePool:
     def __init__(self, num_pages: int, page_size: int, page_bytes: int, epoch_reclaim: bool = True):
         assert num_pages > 0
@@ -47,10 +51,10 @@ class PagePool:
         """Pages conserved; counts never negative; state agrees with the reference count."""
         assert self.num_free + self.num_used + self.num_cached + self.num_retired == self.num_pages
         assert (self.ref_count >= 0).all()
-        used = self.state == PageState.USED
+        used = self.state == USED
         assert (self.ref_count[used] > 0).all() and (self.ref_count[~used] == 0).all()
         assert int(used.sum()) == self.num_used
-        assert int((self.state == PageState.CACHED).sum()) == self.num_cached
+        assert int((self.state == CACHED).sum()) == self.num_cached
 
     # -- mechanism -------------------------------------------------------------------------
     def allocate(self, n: int) -> list[int]:
@@ -58,16 +62,16 @@ class PagePool:
         assert n <= len(self._free), "allocate() without enough free pages"
         pages = [self._free.popleft() for _ in range(n)]
         self.ref_count[pages] = 1
-        self.state[pages] = PageState.USED
+        self.state[pages] = USED
         self.num_used += n
         return pages
 
     def ref(self, page: int) -> None:
         """Add a reference: a cache hit on a USED or CACHED page."""
         state = self.state[page]
-        assert state in (PageState.USED, PageState.CACHED), f"ref of page {page} in state {PageState(state).name}"
-        if state == PageState.CACHED:
-            self.state[page] = PageState.USED
+        assert state in (USED, CACHED), f"ref of page {page} in state {PageState(int(state)).name}"
+        if state == CACHED:
+            self.state[page] = USED
             self.num_cached -= 1
             self.num_used += 1
         self.ref_count[page] += 1
@@ -80,7 +84,7 @@ class PagePool:
             return
         self.num_used -= 1
         if keep_cached:
-            self.state[page] = PageState.CACHED
+            self.state[page] = CACHED
             self.num_cached += 1
         else:
             self._release(page)
@@ -90,24 +94,24 @@ class PagePool:
 
         Nobody references a CACHED page, so no step can be reading it: it is free at once.
         """
-        assert self.state[page] == PageState.CACHED
+        assert self.state[page] == CACHED
         self.num_cached -= 1
-        self.state[page] = PageState.FREE
+        self.state[page] = FREE
         self._free.append(page)
 
     def end_epoch(self) -> int:
         """A whole batch step has finished: no reader can still hold retired pages."""
         n = len(self._retired)
         for page in self._retired:
-            self.state[page] = PageState.FREE
+            self.state[page] = FREE
             self._free.append(page)
         self._retired.clear()
         return n
 
     def _release(self, page: int) -> None:
         if self.epoch_reclaim:
-            self.state[page] = PageState.RETIRED
+            self.state[page] = RETIRED
             self._retired.append(page)
         else:
-            self.state[page] = PageState.FREE
+            self.state[page] = FREE
             self._free.append(page)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.kv.page_pool import PagePool, PageState
+from sim.kv.page_pool import CACHED, PagePool
 from sim.kv.prefix_index import ROOT, Match, PrefixIndex
 
 
@@ -122,7 +122,7 @@ class PagedKVCache:
         target = max(need, min(self.eviction_batch_pages, self.pool.num_cached))
         freed = 0
         while freed < need or (freed < target and self.pool.num_cached):
-            candidates = np.flatnonzero(self.pool.state == PageState.CACHED)
+            candidates = np.flatnonzero(self.pool.state == CACHED)
             if candidates.size == 0:
                 return
             priority = np.asarray(self.eviction.priority(self.stats, candidates, now), dtype=np.float64)
@@ -133,7 +133,7 @@ class PagedKVCache:
             # Lowest priority first; ties: deeper (tail) pages first, then lower page id.
             order = np.lexsort((candidates, -self.index.depth[candidates], priority))
             for page in candidates[order]:
-                if self.pool.state[page] == PageState.CACHED:
+                if self.pool.state[page] == CACHED:
                     freed += self._evict_subtree(int(page))
                 if freed >= target:
                     break
@@ -145,7 +145,7 @@ class PagedKVCache:
             p = stack.pop()
             self._emit("removed", int(self.index.page_key[p]))
             self.evicted_depths.append(int(self.index.depth[p]))
-            stack.extend(c for c in self.index.remove(p) if self.pool.state[c] == PageState.CACHED)
+            stack.extend(c for c in self.index.remove(p) if self.pool.state[c] == CACHED)
             self.pool.evict(p)
             freed += 1
         self.num_evicted_pages += freed
