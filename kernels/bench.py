@@ -1,0 +1,394 @@
+"""Micro-benchmark of the paged decode kernel on a GPU: `python -m kernels.bench` (`kvsched bench`).
+
+Everything is timed with device events through `triton.testing.do_bench` (median, L2 flushed
+before every repetition) on the article's model shape: 64 query heads, 8 KV heads, head_dim 128,
+BF16, one layer. In the same run it measures
+  * the HBM ceiling: a large device-to-device copy, counting bytes read plus bytes written;
+  * contiguous, unpaged SDPA on the same shapes (the no-paging reference): the 8 query heads of
+    a group are packed as 8 query rows against their one KV head, so SDPA also reads each KV
+    byte once; the fastest of the flash / efficient / cuDNN backends is kept;
+  * the grouped and the non-grouped kernel, page sizes 1..128, a batch x context grid and the
+    seed mix (100 requests: 90 uniform in 512-8192 tokens, 10 at 32K).
+Every measured kernel output is first checked against the float32 reference (rel err < 1e-2).
+
+KV bytes are the bytes the batch's attention must read (K and V of its tokens, each once); the
+non-grouped variant asks for `group` times as many, and its `req_bytes` column says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ARTICLE_SHAPE = dict(num_q_heads=64, num_kv_heads=8, head_dim=128)
+GRID_BATCHES = (1, 16, 64, 256)
+GRID_CONTEXTS = (2048, 8192, 32768)
+GRID_MAX_TOKENS = 2 * 1024 * 1024  # 8 GB of K+V at the article shape: plenty past the L2
+PAGE_SIZES = (1, 8, 16, 32, 64, 128)
+
+
+def seed_mix_lengths(seed: int = 0, n: int = 100) -> list[int]:
+    """The article's load: n requests, 90% uniform in 512-8192 tokens, 10% at 32K (shuffled)."""
+    rng = np.random.default_rng(seed)
+    n_long = n // 10
+    lens = [32768] * n_long + rng.integers(512, 8192, size=n - n_long, endpoint=True).tolist()
+    rng.shuffle(lens)
+    return [int(x) for x in lens]
+
+
+def kv_bytes(lens: list[int], num_kv_heads: int, head_dim: int, elem_bytes: int = 2) -> int:
+    """Bytes of K and V that one decode step over these sequences must read."""
+    return int(sum(lens)) * 2 * num_kv_heads * head_dim * elem_bytes
+
+
+@dataclass
+class Row:
+    case: str
+    batch: int
+    tokens: int
+    page_size: int
+    variant: str
+    ms: float
+    kv_bytes: int
+    req_bytes: int
+    tbps: float
+    frac_copy: float
+    sdpa_ms: float | None = None
+    sdpa_backend: str | None = None
+    rel_err: float | None = None
+    config: dict = field(default_factory=dict)
+
+    @property
+    def vs_sdpa(self) -> float | None:
+        """SDPA time / kernel time: >= 1 means the paged kernel is at least as fast."""
+        return None if self.sdpa_ms is None else self.sdpa_ms / self.ms
+
+
+def environment() -> dict:
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "device": torch.cuda.get_device_name(0),
+        "sm_count": props.multi_processor_count,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def bench_ms(fn, warmup_ms: float = 20, rep_ms: float = 80) -> float:
+    """Median device time of fn() in ms (events; L2 flushed before each repetition).
+
+    Without a GPU (the CPU smoke tests of this module) it returns the wall time of one call.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def copy_ceiling_tbps(gib: int = 4) -> float:
+    """Device-to-device copy bandwidth in TB/s, counting bytes read plus bytes written."""
+    import torch
+
+    src = torch.empty(gib * 2**30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src))
+    return 2 * gib * 2**30 / (ms * 1e-3) / 1e12
+
+
+def sdpa_ms(q, kv) -> tuple[float, str]:
+    """Fastest contiguous SDPA over the paged batch's K/V (equal lengths only)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels.reference import paged_to_contiguous
+
+    k, v = paged_to_contiguous(kv)  # [B, H_kv, L, D]
+    batch, hq, d = q.shape
+    qp = q.view(batch, k.shape[1], hq // k.shape[1], d)  # [B, H_kv, group, D]: packed GQA
+    best = (float("inf"), "none")
+    for backend in (
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.CUDNN_ATTENTION,
+    ):
+        try:
+            with sdpa_kernel([backend]):
+                F.scaled_dot_product_attention(qp, k, v)
+                ms = bench_ms(lambda b=backend: _sdpa_call(F, sdpa_kernel, b, qp, k, v))
+        except RuntimeError:
+            continue
+        best = min(best, (ms, backend.name.lower()))
+    return best
+
+
+def _sdpa_call(F, sdpa_kernel, backend, q, k, v):
+    with sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def make_case(lens: list[int], page_size: int, seed: int = 0):
+    import torch
+
+    from kernels.reference import make_paged_kv
+
+    g = torch.Generator(device=device()).manual_seed(seed)
+    kv = make_paged_kv(
+        lens,
+        ARTICLE_SHAPE["num_kv_heads"],
+        ARTICLE_SHAPE["head_dim"],
+        page_size,
+        torch.bfloat16,
+        device(),
+        g,
+    )
+    q = torch.randn(
+        len(lens),
+        ARTICLE_SHAPE["num_q_heads"],
+        ARTICLE_SHAPE["head_dim"],
+        generator=g,
+        device=device(),
+    ).to(torch.bfloat16)
+    return q, kv
+
+
+def check_against_reference(q, kv, out, n_check: int = 4) -> float:
+    """Rel err of the kernel's output on up to n_check sequences (first and longest)."""
+    from kernels.reference import paged_decode_reference
+
+    lens = kv.seq_lens.tolist()
+    idx = sorted({0, len(lens) // 2, len(lens) - 1, int(np.argmax(lens))})[:n_check]
+    ref = paged_decode_reference(
+        q[idx], kv.k_cache, kv.v_cache, kv.block_tables[idx], kv.seq_lens[idx]
+    )
+    got = out[idx].float()
+    return float((got - ref).norm() / ref.norm())
+
+
+def time_kernel(q, kv, grouped: bool = True, **cfg) -> tuple[float, float]:
+    """(median ms, rel err) of one paged decode step; the output is poisoned before the check."""
+    import torch
+
+    from kernels.paged_decode import paged_decode_attention
+
+    lens = kv.seq_lens.tolist()
+    hints = dict(max_seq_len=max(lens), total_tokens=sum(lens))
+    out = torch.full_like(q, float("nan"))
+    # Validate once (bounds, shapes), then time the launch path without the host sync.
+    paged_decode_attention(
+        q,
+        kv.k_cache,
+        kv.v_cache,
+        kv.block_tables,
+        kv.seq_lens,
+        out=out,
+        grouped=grouped,
+        **hints,
+        **cfg,
+    )
+    err = check_against_reference(q, kv, out)
+    if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
+        raise RuntimeError(f"kernel output wrong: rel err {err} (cfg {cfg}, grouped {grouped})")
+    ms = bench_ms(
+        lambda: paged_decode_attention(
+            q,
+            kv.k_cache,
+            kv.v_cache,
+            kv.block_tables,
+            kv.seq_lens,
+            out=out,
+            grouped=grouped,
+            check_bounds=False,
+            **hints,
+            **cfg,
+        )
+    )
+    return ms, err
+
+
+def run_case(
+    name: str,
+    lens: list[int],
+    page_size: int,
+    grouped: bool,
+    copy_tbps: float,
+    with_sdpa: bool = False,
+    **cfg,
+) -> Row:
+    import torch
+
+    q, kv = make_case(lens, page_size)
+    ms, err = time_kernel(q, kv, grouped=grouped, **cfg)
+    nbytes = kv.kv_bytes
+    group = ARTICLE_SHAPE["num_q_heads"] // ARTICLE_SHAPE["num_kv_heads"]
+    row = Row(
+        case=name,
+        batch=len(lens),
+        tokens=sum(lens),
+        page_size=page_size,
+        variant="grouped" if grouped else "non-grouped",
+        ms=ms,
+        kv_bytes=nbytes,
+        req_bytes=nbytes if grouped else nbytes * group,
+        tbps=nbytes / (ms * 1e-3) / 1e12,
+        frac_copy=nbytes / (ms * 1e-3) / 1e12 / copy_tbps,
+        rel_err=err,
+        config=dict(cfg),
+    )
+    if with_sdpa and len(set(lens)) == 1:
+        row.sdpa_ms, row.sdpa_backend = sdpa_ms(q, kv)
+    del q, kv
+    torch.cuda.empty_cache()
+    return row
+
+
+def tune(copy_tbps: float, log) -> tuple[dict, list[dict]]:
+    """Pick block_n / num_warps / num_stages, then the split density, on the key shapes."""
+    shapes = {
+        "1x32K": [32768],
+        "16x32K": [32768] * 16,
+        "256x2K": [2048] * 256,
+        "seed-mix": seed_mix_lengths(),
+    }
+    cases = {k: make_case(v, 16) for k, v in shapes.items()}
+    trials = []
+
+    def score(cfg):
+        total = 0.0
+        for name, (q, kv) in cases.items():
+            ms, _ = time_kernel(q, kv, **cfg)
+            trials.append({"shape": name, "ms": ms, **cfg})
+            total += np.log(ms)
+        return total
+
+    best, best_score = None, float("inf")
+    for block_n in (32, 64, 128):
+        for num_warps in (4, 8):
+            for num_stages in (2, 3, 4):
+                cfg = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+                try:
+                    s = score(cfg)
+                except Exception as exc:  # a config that does not compile is skipped
+                    log(f"  tune {cfg}: failed ({type(exc).__name__}: {exc})")
+                    continue
+                log(f"  tune {cfg}: geo-mean {np.exp(s / len(cases)):.4f} ms")
+                if s < best_score:
+                    best, best_score = cfg, s
+    for pps in (2, 4, 8, 16, 32):
+        cfg = dict(best, programs_per_sm=pps)
+        s = score(cfg)
+        log(f"  tune {cfg}: geo-mean {np.exp(s / len(cases)):.4f} ms")
+        if s < best_score:
+            best, best_score = cfg, s
+    return best, trials
+
+
+def fmt_table(rows: list[Row]) -> str:
+    head = (
+        f"{'case':<22}{'page':>5} {'variant':<12}{'ms':>9}{'KV MB':>9}{'req MB':>9}"
+        f"{'TB/s':>7}{'xcopy':>7}{'sdpa ms':>9}{'sdpa/k':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        sd = f"{r.sdpa_ms:9.4f}{r.vs_sdpa:8.2f}" if r.sdpa_ms is not None else f"{'-':>9}{'-':>8}"
+        lines.append(
+            f"{r.case:<22}{r.page_size:>5} {r.variant:<12}{r.ms:9.4f}{r.kv_bytes / 1e6:9.1f}"
+            f"{r.req_bytes / 1e6:9.1f}{r.tbps:7.2f}{r.frac_copy:7.2f}{sd}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kvsched bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("bench.json"), help="JSON with every row")
+    ap.add_argument("--tune", action="store_true", help="search kernel configs first")
+    ap.add_argument("--quick", action="store_true", help="headline cases only")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("kvsched bench needs a CUDA GPU (the kernels' correctness tests run on CPU).")
+        return 2
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    env = environment()
+    log(f"# {env}")
+    copy_tbps = copy_ceiling_tbps()
+    log(f"# copy ceiling: {copy_tbps:.3f} TB/s (read + write)")
+    result: dict = {"env": env, "copy_tbps": copy_tbps, "shape": ARTICLE_SHAPE}
+    cfg: dict = {}
+    if args.tune:
+        cfg, trials = tune(copy_tbps, log)
+        result["tune_trials"] = trials
+        log(f"# tuned config: {cfg}")
+    result["config"] = cfg
+
+    rows: list[Row] = []
+
+    def add(row: Row) -> None:
+        rows.append(row)
+        sd = f" sdpa {row.sdpa_ms:.4f} ms ({row.sdpa_backend})" if row.sdpa_ms else ""
+        log(
+            f"  {row.case} ps{row.page_size} {row.variant}: {row.ms:.4f} ms, "
+            f"{row.tbps:.2f} TB/s ({row.frac_copy:.2f} of copy){sd}"
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {**result, "rows": [asdict(r) | {"vs_sdpa": r.vs_sdpa} for r in rows]}, indent=1
+            )
+        )
+
+    headline = [("1x32K", [32768]), ("16x32K", [32768] * 16), ("256x2K", [2048] * 256)]
+    mix = seed_mix_lengths()
+    for name, lens in headline:
+        add(run_case(name, lens, 16, True, copy_tbps, with_sdpa=True, **cfg))
+    add(run_case("seed-mix", mix, 16, True, copy_tbps, **cfg))
+    for name, lens in [*headline, ("seed-mix", mix)]:
+        add(run_case(name, lens, 16, False, copy_tbps, **cfg))
+    for ps in PAGE_SIZES:
+        if ps != 16:
+            add(run_case("seed-mix", mix, ps, True, copy_tbps, **cfg))
+    if not args.quick:
+        for ps in PAGE_SIZES:
+            add(run_case("64x8K", [8192] * 64, ps, True, copy_tbps, **cfg))
+        for b in GRID_BATCHES:
+            for ctx in GRID_CONTEXTS:
+                name = f"{b}x{ctx // 1024}K"
+                if b * ctx > GRID_MAX_TOKENS or name in dict(headline):
+                    continue
+                add(run_case(name, [ctx] * b, 16, True, copy_tbps, with_sdpa=True, **cfg))
+    print()
+    print(f"{env['device']} | torch {env['torch']} | triton {env['triton']} | {env['date']}")
+    print(f"copy ceiling {copy_tbps:.2f} TB/s; kernel config {cfg or 'defaults'}")
+    print(fmt_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

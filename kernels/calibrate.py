@@ -1,0 +1,409 @@
+"""Measure the simulator's latency tables on the GPU: `python -m kernels.calibrate` (`kvsched calibrate`).
+
+For each (model preset, tensor-parallel degree) it times one layer's parts on one GPU, with that
+GPU's shard shapes (heads, MLP width and vocabulary split over `tp`), BF16, device events
+(`triton.testing.do_bench`, median, L2 flushed before each repetition):
+  gemm          the four linear layers QKV, O, gate+up, down (torch.nn.functional.linear)
+                over token counts;
+  lm_head       the vocabulary projection over logit rows;
+  decode_attn   our paged decode kernel (page 16, grouped) over batch x context per request;
+  prefill_attn  causal SDPA of a chunk of n new tokens against c + n keys (the chunk sees the
+                c cached tokens and itself causally: bottom-right aligned mask) over n x c.
+Norms, activations and rotary embeddings are not timed: they are a few percent of a step.
+The tensor-parallel all-reduce is not measurable on one GPU; the simulator keeps its roofline.
+
+`--fidelity N` also times N held-out random step compositions (ragged decode batches, prefill
+chunks, mixes) as one composite layer (all parts launched back to back) plus the LM head, and
+writes them beside the tables; `benchmarks/latency_fidelity.py` compares them with what
+`sim.calibration.CalibratedLatency` predicts from the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kernels import CALIBRATION_DIR
+from kernels.bench import device
+
+SCHEMA = "kvsched-calibration/1"  # must match sim.calibration.SCHEMA
+DEFAULT_TARGETS = (("article-70b", 2), ("llama-3-8b", 1), ("llama-3-70b", 2))
+GEMM_TOKENS = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+    48,
+    64,
+    96,
+    128,
+    160,
+    192,
+    256,
+    320,
+    384,
+    448,
+    512,
+    640,
+    768,
+    896,
+    1024,
+    1280,
+    1536,
+    2048,
+    2560,
+    3072,
+    4096,
+    5120,
+    6144,
+    8192,
+    12288,
+    16384,
+)
+LM_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DECODE_CONTEXT = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+PREFILL_NEW = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+PREFILL_CONTEXT = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+PAGE_SIZE = 16
+
+
+def model_shapes(name: str) -> dict:
+    from sim.presets import MODEL_PRESETS
+
+    if name not in MODEL_PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; known: {sorted(MODEL_PRESETS)}")
+    return MODEL_PRESETS[name]
+
+
+def shard_shapes(preset: dict, tp: int) -> dict[str, int]:
+    """Per-GPU shapes under tensor parallelism (same keys as sim.calibration.expected_shapes)."""
+    if preset["num_q_heads"] % tp or preset["intermediate_size"] % tp:
+        raise ValueError(f"tp={tp} does not divide the heads / MLP width of {preset}")
+    return {
+        "num_q_heads": preset["num_q_heads"] // tp,
+        "num_kv_heads": max(1, preset["num_kv_heads"] // tp),
+        "head_dim": preset["head_dim"],
+        "hidden_size": preset["hidden_size"],
+        "intermediate_size": preset["intermediate_size"] // tp,
+        "vocab_size": -(-preset["vocab_size"] // tp),
+    }
+
+
+def fidelity_plans(
+    n: int,
+    seed: int = 20240611,
+    max_batch: int = 256,
+    max_ctx: int = 32768,
+    max_new: int = 4096,
+    max_chunk_ctx: int = 16384,
+) -> list[dict]:
+    """Held-out random step compositions, off the calibration grids (log-uniform draws).
+
+    A third decode-only (ragged contexts), a third mixed (decodes plus one or two prefill
+    chunks), a third prefill-heavy (chunks, some with cached context, plus a few decodes).
+    """
+    rng = np.random.default_rng(seed)
+    plans = []
+    for i in range(n):
+        kind = i % 3
+        if kind == 2:
+            n_dec = int(rng.integers(0, 9))
+        else:
+            n_dec = int(round(np.exp(rng.uniform(0, np.log(max_batch)))))
+        min_ctx = max(16, max_ctx // 256)
+        dec = np.exp(rng.uniform(np.log(min_ctx), np.log(max_ctx), size=n_dec)).astype(int)
+        n_chunks = 0 if kind == 0 else int(rng.integers(1, 3))
+        new = np.exp(rng.uniform(np.log(16), np.log(max_new), size=n_chunks)).astype(int)
+        ctx = np.where(rng.random(n_chunks) < 0.4, 0, rng.integers(0, max_chunk_ctx, size=n_chunks))
+        if n_dec == 0 and n_chunks == 0:
+            dec = np.array([int(rng.integers(min_ctx, max_ctx))])
+        plans.append(
+            {
+                "prefill_new": new.tolist(),
+                "prefill_ctx": ctx.tolist(),
+                "decode_ctx": dec.tolist(),
+            }
+        )
+    return plans
+
+
+class LayerParts:
+    """One layer's weights, KV pool and activations on the GPU, and callables for each part."""
+
+    def __init__(self, shapes: dict[str, int], max_tokens: int, pool_tokens: int, cfg: dict):
+        import torch
+
+        self.torch = torch
+        self.s = shapes
+        self.cfg = cfg
+        dev, bf16 = device(), torch.bfloat16
+        self.dev = dev
+        h, d = shapes["hidden_size"], shapes["head_dim"]
+        hq, hkv, inter = shapes["num_q_heads"], shapes["num_kv_heads"], shapes["intermediate_size"]
+
+        def rand(*shape):
+            return torch.randn(shape, device=dev, dtype=bf16)
+
+        # nn.Linear layout: weight [out, in].
+        self.w_qkv = rand((hq + 2 * hkv) * d, h)
+        self.w_o = rand(h, hq * d)
+        self.w_gu = rand(2 * inter, h)
+        self.w_down = rand(h, inter)
+        self.w_lm = rand(shapes["vocab_size"], h)
+        self.x = rand(max_tokens, h)
+        self.attn_out = rand(max_tokens, hq * d)
+        self.act = rand(max_tokens, inter)
+        n_pages = -(-pool_tokens // PAGE_SIZE)
+        self.k_cache = rand(n_pages, hkv, PAGE_SIZE, d)
+        self.v_cache = rand(n_pages, hkv, PAGE_SIZE, d)
+        self.n_pages = n_pages
+        self.gen = torch.Generator(device=dev).manual_seed(0)
+
+    def gemm(self, tokens: int):
+        F = self.torch.nn.functional
+        x, a, m = self.x[:tokens], self.attn_out[:tokens], self.act[:tokens]
+
+        def run():
+            F.linear(x, self.w_qkv)
+            F.linear(a, self.w_o)
+            F.linear(x, self.w_gu)
+            F.linear(m, self.w_down)
+
+        return run
+
+    def lm_head(self, rows: int):
+        F = self.torch.nn.functional
+        x = self.x[:rows]
+        return lambda: F.linear(x, self.w_lm)
+
+    def decode(self, lens: list[int]):
+        """Paged decode over `lens` with pages drawn at random from the pool."""
+        from kernels.paged_decode import paged_decode_attention
+
+        torch = self.torch
+        pages = [-(-n // PAGE_SIZE) for n in lens]
+        if sum(pages) > self.n_pages:
+            raise ValueError(f"pool of {self.n_pages} pages too small for {sum(pages)}")
+        perm = torch.randperm(self.n_pages, generator=self.gen, device=self.dev)[: sum(pages)]
+        table = torch.zeros((len(lens), max(pages)), dtype=torch.int32, device=self.dev)
+        at = 0
+        for b, p in enumerate(pages):
+            table[b, :p] = perm[at : at + p].to(torch.int32)
+            at += p
+        seq_lens = torch.tensor(lens, dtype=torch.int32, device=self.dev)
+        q = torch.randn(
+            (len(lens), self.s["num_q_heads"], self.s["head_dim"]),
+            device=self.dev,
+            dtype=torch.bfloat16,
+        )
+        out = torch.empty_like(q)
+        hints = dict(max_seq_len=max(lens), total_tokens=sum(lens), **self.cfg)
+        # Validate the tables once, then launch without the bounds scan (a host sync).
+        paged_decode_attention(q, self.k_cache, self.v_cache, table, seq_lens, out=out, **hints)
+        return lambda: paged_decode_attention(
+            q, self.k_cache, self.v_cache, table, seq_lens, out=out, check_bounds=False, **hints
+        )
+
+    def prefill(self, new: int, ctx: int):
+        """Causal attention of `new` query tokens over `ctx + new` keys (bottom-right aligned)."""
+        torch = self.torch
+        F = torch.nn.functional
+        hq, d = self.s["num_q_heads"], self.s["head_dim"]
+        q = torch.randn((1, hq, new, d), device=self.dev, dtype=torch.bfloat16)
+        # KV expanded to the query heads: prefill attention is compute-bound, so GQA's smaller
+        # KV changes little, and every SDPA backend accepts this layout.
+        k = torch.randn((1, hq, ctx + new, d), device=self.dev, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        if ctx == 0:
+            return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = causal_lower_right(new, ctx + new)
+        try:
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        except RuntimeError:  # a torch without a kernel for it: an explicit boolean mask
+            mask = torch.ones((new, ctx + new), dtype=torch.bool, device=self.dev).tril(ctx)
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@dataclass(frozen=True)
+class Grids:
+    """The measured grid axes (tests shrink them to run the whole path on CPU)."""
+
+    gemm_tokens: tuple[int, ...] = GEMM_TOKENS
+    lm_tokens: tuple[int, ...] = LM_TOKENS
+    decode_batch: tuple[int, ...] = DECODE_BATCH
+    decode_context: tuple[int, ...] = DECODE_CONTEXT
+    prefill_new: tuple[int, ...] = PREFILL_NEW
+    prefill_context: tuple[int, ...] = PREFILL_CONTEXT
+    fidelity_max_new: int = 4096
+    fidelity_max_chunk_ctx: int = 16384
+
+
+def calibrate_one(
+    name: str,
+    tp: int,
+    fidelity_n: int,
+    cfg: dict,
+    log,
+    preset: dict | None = None,
+    grids: Grids = Grids(),
+) -> tuple[dict, list]:
+    """One (model, tp): its table for the calibration file and its fidelity records."""
+    import torch
+
+    from kernels.bench import bench_ms
+
+    preset = model_shapes(name) if preset is None else preset
+    shapes = shard_shapes(preset, tp)
+    g = grids
+    pool_tokens = g.decode_batch[-1] * g.decode_context[-1]
+    parts = LayerParts(shapes, max(g.gemm_tokens), pool_tokens, cfg)
+    table: dict = {
+        "model": name,
+        "tp": tp,
+        "shapes": shapes,
+        "page_size": PAGE_SIZE,
+        "dtype": "bfloat16",
+        "allreduce": "roofline (not measurable on one GPU)",
+    }
+
+    gemm_ms = [bench_ms(parts.gemm(t)) for t in g.gemm_tokens]
+    table["gemm"] = {"tokens": list(g.gemm_tokens), "ms": gemm_ms}
+    log(f"  gemm: {gemm_ms[0]:.3f} ms @1 .. {gemm_ms[-1]:.3f} ms @{g.gemm_tokens[-1]}")
+    lm_ms = [bench_ms(parts.lm_head(t)) for t in g.lm_tokens]
+    table["lm_head"] = {"tokens": list(g.lm_tokens), "ms": lm_ms}
+    log(f"  lm_head: {lm_ms[0]:.3f} .. {lm_ms[-1]:.3f} ms")
+
+    dec = [[bench_ms(parts.decode([c] * b)) for c in g.decode_context] for b in g.decode_batch]
+    table["decode_attn"] = {
+        "batch": list(g.decode_batch),
+        "context": list(g.decode_context),
+        "ms": dec,
+    }
+    log(f"  decode: {dec[0][0]:.4f} .. {dec[-1][-1]:.3f} ms")
+    pre = [[bench_ms(parts.prefill(n, c)) for c in g.prefill_context] for n in g.prefill_new]
+    table["prefill_attn"] = {
+        "new_tokens": list(g.prefill_new),
+        "context": list(g.prefill_context),
+        "ms": pre,
+    }
+    log(f"  prefill: {pre[0][0]:.4f} .. {pre[-1][-1]:.3f} ms")
+
+    records = []
+    plans = fidelity_plans(
+        fidelity_n,
+        max_batch=g.decode_batch[-1],
+        max_ctx=g.decode_context[-1],
+        max_new=g.fidelity_max_new,
+        max_chunk_ctx=g.fidelity_max_chunk_ctx,
+    )
+    for plan in plans:
+        new, ctx, lens = plan["prefill_new"], plan["prefill_ctx"], plan["decode_ctx"]
+        tokens = sum(new) + len(lens)
+        runs = [parts.gemm(tokens)]
+        if lens:
+            runs.append(parts.decode(lens))
+        runs += [parts.prefill(n, c) for n, c in zip(new, ctx, strict=True)]
+
+        def layer(runs=runs):
+            for r in runs:
+                r()
+
+        layer_ms = bench_ms(layer)
+        lm_ms_i = bench_ms(parts.lm_head(len(lens) + len(new)))
+        step_s = preset["num_layers"] * layer_ms * 1e-3 + lm_ms_i * 1e-3
+        records.append({**plan, "layer_ms": layer_ms, "lm_head_ms": lm_ms_i, "measured_s": step_s})
+    if records:
+        log(f"  fidelity: {len(records)} compositions measured")
+    del parts
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return table, records
+
+
+def merge_tables(old: dict | None, new_tables: list[dict], meta: dict) -> dict:
+    """New file content: `meta` plus old tables for other (model, tp), replaced where re-measured."""
+    keys = {(t["model"], t["tp"]) for t in new_tables}
+    kept = [t for t in (old or {}).get("tables", []) if (t["model"], t["tp"]) not in keys]
+    return {"schema": SCHEMA, **meta, "tables": kept + new_tables}
+
+
+def parse_targets(text: str) -> list[tuple[str, int]]:
+    """'article-70b:2,llama-3-8b:1' -> [('article-70b', 2), ('llama-3-8b', 1)]."""
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, _, tp = item.partition(":")
+        if not tp.isdigit() or int(tp) < 1:
+            raise ValueError(f"target {item!r} must be MODEL:TP with TP >= 1")
+        out.append((name, int(tp)))
+    if not out:
+        raise ValueError("no targets given")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kvsched calibrate", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--targets",
+        default=",".join(f"{m}:{t}" for m, t in DEFAULT_TARGETS),
+        help="comma-separated MODEL:TP list (default: the studies' presets)",
+    )
+    ap.add_argument("--out", type=Path, default=CALIBRATION_DIR / "h200.json")
+    ap.add_argument("--fidelity", type=int, default=0, help="held-out compositions to measure")
+    ap.add_argument(
+        "--fidelity-out",
+        type=Path,
+        default=None,
+        help="where to write them (default: <out stem>_fidelity.json)",
+    )
+    ap.add_argument("--kernel-config", default="{}", help="JSON kwargs for the decode launcher")
+    args = ap.parse_args(argv)
+    targets = parse_targets(args.targets)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("kvsched calibrate needs a CUDA GPU.")
+        return 2
+    from kernels.bench import copy_ceiling_tbps, environment
+
+    cfg = json.loads(args.kernel_config)
+    env = environment()
+    print(f"# {env}", flush=True)
+    meta = {
+        **env,
+        "copy_tbps": copy_ceiling_tbps(),
+        "kernel_config": cfg,
+        "method": "triton.testing.do_bench median, L2 flushed; per layer, per GPU shard",
+    }
+    fid_path = args.fidelity_out or args.out.with_name(args.out.stem + "_fidelity.json")
+    old = json.loads(args.out.read_text()) if args.out.is_file() else None
+    old_fid = json.loads(fid_path.read_text()) if fid_path.is_file() else {}
+    tables, fidelity = [], {}
+    for name, tp in targets:
+        print(f"# calibrating {name} tp={tp}", flush=True)
+        table, records = calibrate_one(name, tp, args.fidelity, cfg, lambda m: print(m, flush=True))
+        tables.append(table)
+        if records:
+            fidelity[f"{name}:tp{tp}"] = records
+        # Write after every target: a run cut short keeps what it measured.
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(merge_tables(old, tables, meta), indent=1) + "\n")
+        if fidelity:
+            runs = {**old_fid.get("runs", {}), **fidelity}
+            fid_path.write_text(json.dumps({**env, "runs": runs}, indent=1) + "\n")
+    print(f"wrote {args.out}" + (f" and {fid_path}" if fidelity else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Latency model calibrated on a real GPU: prices a step by interpolating measured tables.
+
+`kvsched calibrate` (kernels/calibrate.py) writes `kernels/calibration/<gpu>.json`: for each
+(model preset, tensor-parallel degree) it measured, per layer and per GPU shard,
+  gemm          the four linear layers (QKV, O, gate+up, down) by tokens in the step
+  lm_head       the vocabulary projection by logit rows
+  decode_attn   our Triton paged decode kernel (page 16) by batch x context per request
+  prefill_attn  causal attention of one chunk by new tokens x tokens already in KV
+A step costs
+  layers x (gemm(T) + decode_attn(B, mean ctx) + sum over chunks prefill_attn(n, c)
+            + all-reduce) + lm_head(B + chunks)
+with T = new prefill tokens + B. The tensor-parallel all-reduce cannot be measured on one GPU:
+it keeps the roofline's term (`RooflineLatency.allreduce_s`) and the breakdown labels it so.
+
+Interpolation is piecewise linear on each grid axis (bilinear on the 2-D tables). Bilinear
+interpolation reproduces a term in batch x context exactly, which is how memory-bound decode
+time grows. Past the last grid point the last segment is extended (time keeps growing linearly
+in tokens, batch or context); below the first point the first value is kept (a launch floor).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.latency import RooflineLatency
+
+SCHEMA = "kvsched-calibration/1"
+_REQUIRED_TOP = ("schema", "device", "torch", "triton", "date", "tables")
+_TABLE_1D = {"gemm": "tokens", "lm_head": "tokens"}
+_TABLE_2D = {"decode_attn": ("batch", "context"), "prefill_attn": ("new_tokens", "context")}
+
+
+class CalibrationError(ValueError):
+    """The calibration file is missing, malformed, or does not describe this model."""
+
+
+def _axis(values: Any, where: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size < 2:
+        raise CalibrationError(f"{where}: a grid axis needs >= 2 points, got {values!r}")
+    if not np.all(np.diff(arr) > 0):
+        raise CalibrationError(f"{where}: grid axis must increase strictly, got {arr.tolist()}")
+    return arr
+
+
+def _times(values: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != shape:
+        raise CalibrationError(f"{where}: expected {shape} times, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or not np.all(arr > 0):
+        raise CalibrationError(f"{where}: times must be finite and > 0")
+    return arr
+
+
+def validate_table(table: dict, where: str = "table") -> None:
+    """Raise CalibrationError unless `table` holds every grid and time array, well formed."""
+    for key in ("model", "tp", "shapes", *_TABLE_1D, *_TABLE_2D):
+        if key not in table:
+            raise CalibrationError(f"{where}: missing key {key!r}")
+    for key, axis in _TABLE_1D.items():
+        xs = _axis(table[key].get(axis), f"{where}.{key}.{axis}")
+        _times(table[key].get("ms"), xs.shape, f"{where}.{key}.ms")
+    for key, (ax0, ax1) in _TABLE_2D.items():
+        xs = _axis(table[key].get(ax0), f"{where}.{key}.{ax0}")
+        ys = _axis(table[key].get(ax1), f"{where}.{key}.{ax1}")
+        _times(table[key].get("ms"), (xs.size, ys.size), f"{where}.{key}.ms")
+
+
+def load_calibration(path: str | Path) -> dict:
+    """Read and validate a calibration JSON file; raises CalibrationError with the reason."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise CalibrationError(f"no calibration file at {path}") from exc
+    except json.JSONDecodeError as exc:
+        raise CalibrationError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CalibrationError(f"{path}: top level must be an object")
+    for key in _REQUIRED_TOP:
+        if key not in data:
+            raise CalibrationError(f"{path}: missing key {key!r}")
+    if data["schema"] != SCHEMA:
+        raise CalibrationError(f"{path}: schema {data['schema']!r}, expected {SCHEMA!r}")
+    if not isinstance(data["tables"], list) or not data["tables"]:
+        raise CalibrationError(f"{path}: 'tables' must be a non-empty list")
+    for i, table in enumerate(data["tables"]):
+        validate_table(table, f"{path.name}.tables[{i}]")
+    return data
+
+
+def expected_shapes(model: Any, tp: int) -> dict[str, int]:
+    """Per-GPU shard shapes a table must have been measured with (tensor parallel over heads)."""
+    return {
+        "num_q_heads": model.num_q_heads // tp,
+        "num_kv_heads": max(1, model.num_kv_heads // tp),
+        "head_dim": model.head_dim,
+        "hidden_size": model.hidden_size,
+        "intermediate_size": model.intermediate_size // tp,
+        "vocab_size": -(-model.vocab_size // tp),
+    }
+
+
+def find_table(data: dict, model: Any, tp: int) -> dict | None:
+    """The table measured for this model preset and TP degree with matching shapes, or None."""
+    want = expected_shapes(model, tp)
+    for table in data["tables"]:
+        if table["model"] != model.name or int(table["tp"]) != tp:
+            continue
+        shapes = table["shapes"]
+        if all(int(shapes.get(k, -1)) == v for k, v in want.items()):
+            return table
+    return None
+
+
+def _weights(x: float, xs: np.ndarray) -> tuple[int, float]:
+    """Segment index i and position t on it: value = (1 - t) y[i] + t y[i + 1].
+
+    t is clamped at 0 below the grid (keep the first value) and free above it (extend the last
+    segment), so larger steps keep getting slower.
+    """
+    if x <= xs[0]:
+        return 0, 0.0
+    i = int(np.searchsorted(xs, x, side="right")) - 1
+    i = min(i, xs.size - 2)
+    return i, (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+def interp1(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
+    i, t = _weights(x, xs)
+    return float((1 - t) * ys[i] + t * ys[i + 1])
+
+
+def interp2(x: float, y: float, xs: np.ndarray, ys: np.ndarray, zs: np.ndarray) -> float:
+    i, t = _weights(x, xs)
+    j, u = _weights(y, ys)
+    return float(
+        (1 - t) * (1 - u) * zs[i, j]
+        + t * (1 - u) * zs[i + 1, j]
+        + (1 - t) * u * zs[i, j + 1]
+        + t * u * zs[i + 1, j + 1]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid1:
+    xs: np.ndarray
+    ms: np.ndarray
+
+    def __call__(self, x: float) -> float:
+        return interp1(x, self.xs, self.ms)
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid2:
+    xs: np.ndarray
+    ys: np.ndarray
+    ms: np.ndarray
+
+    def __call__(self, x: float, y: float) -> float:
+        return interp2(x, y, self.xs, self.ys, self.ms)
+
+
+class CalibratedLatency:
+    """Step time from the measured tables of one (model, tp); see the module docstring."""
+
+    def __init__(self, model: Any, gpu: Any, tp: int, table: dict):
+        validate_table(table)
+        want = expected_shapes(model, tp)
+        got = {k: int(table["shapes"].get(k, -1)) for k in want}
+        if got != want:
+            raise CalibrationError(
+                f"table for {table['model']} tp={table['tp']} has shapes {got}, model needs {want}"
+            )
+        self.model, self.gpu, self.tp, self.table = model, gpu, tp, table
+        self.name = f"calibrated:{Path(str(gpu.calibration or gpu.name)).stem}"
+        self._gemm = _Grid1(
+            np.asarray(table["gemm"]["tokens"], float), np.asarray(table["gemm"]["ms"], float)
+        )
+        self._lm = _Grid1(
+            np.asarray(table["lm_head"]["tokens"], float), np.asarray(table["lm_head"]["ms"], float)
+        )
+        d, p = table["decode_attn"], table["prefill_attn"]
+        self._decode = _Grid2(
+            np.asarray(d["batch"], float),
+            np.asarray(d["context"], float),
+            np.asarray(d["ms"], float),
+        )
+        self._prefill = _Grid2(
+            np.asarray(p["new_tokens"], float),
+            np.asarray(p["context"], float),
+            np.asarray(p["ms"], float),
+        )
+        self._roofline = RooflineLatency(model, gpu, tp)
+
+    def breakdown(self, plan: Any) -> dict[str, float]:
+        """Seconds per part of the step (all layers); `allreduce_roofline_s` is not measured."""
+        new = np.asarray(plan.prefill_new, dtype=np.int64)
+        ctx = np.asarray(plan.prefill_ctx, dtype=np.int64)
+        dec = np.asarray(plan.decode_ctx, dtype=np.int64)
+        tokens = int(new.sum()) + int(dec.size)
+        layers = self.model.num_layers
+        parts = {"gemm_s": 0.0, "decode_attn_s": 0.0, "prefill_attn_s": 0.0, "lm_head_s": 0.0}
+        if tokens == 0:
+            return {**parts, "allreduce_roofline_s": 0.0}
+        parts["gemm_s"] = layers * self._gemm(tokens) * 1e-3
+        if dec.size:
+            mean_ctx = float(dec.sum()) / dec.size
+            parts["decode_attn_s"] = layers * self._decode(dec.size, mean_ctx) * 1e-3
+        if new.size:
+            per_layer = sum(
+                self._prefill(float(n), float(c)) for n, c in zip(new, ctx, strict=True) if n > 0
+            )
+            parts["prefill_attn_s"] = layers * per_layer * 1e-3
+        parts["lm_head_s"] = self._lm(float(dec.size + new.size)) * 1e-3
+        parts["allreduce_roofline_s"] = self._roofline.allreduce_s(tokens)
+        return parts
+
+    def measured_part_s(self, plan: Any) -> float:
+        """The parts priced from measurements only (the step time without the all-reduce)."""
+        b = self.breakdown(plan)
+        return b["gemm_s"] + b["decode_attn_s"] + b["prefill_attn_s"] + b["lm_head_s"]
+
+    def step_time_s(self, plan: Any) -> float:
+        b = self.breakdown(plan)
+        return math.fsum(b.values())
+
+
+def calibrated_latency_for(
+    model: Any, gpu: Any, tp: int, directory: Path
+) -> CalibratedLatency | None:
+    """CalibratedLatency if `gpu.calibration` names a valid file in `directory` holding a table
+    for this model and TP; None otherwise (the caller falls back to the roofline)."""
+    if not getattr(gpu, "calibration", None):
+        return None
+    path = Path(directory) / gpu.calibration
+    if not path.is_file():
+        return None
+    table = find_table(load_calibration(path), model, tp)
+    return None if table is None else CalibratedLatency(model, gpu, tp, table)
