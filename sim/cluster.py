@@ -143,5 +143,6 @@ class Cluster:
     def _on_finish(self, seq: Sequence) -> None:
         self.hit_tokens += seq.cached_tokens
         self.prompt_tokens += seq.prompt_tokens
+        seq.drop_tokens()
         if seq.done is not None and not seq.done.triggered:
             seq.done.succeed()

@@ -14,15 +14,17 @@ class RoutingTable:
         self.num_nodes = num_nodes
         self.key_to_nodes: dict[int, set[int]] = {}
 
-    def on_cache_event(self, event: str, key: int, node: int) -> None:
+    def on_cache_event(self, event: str, keys: list[int], node: int) -> None:
         if event == "stored":
-            self.key_to_nodes.setdefault(key, set()).add(node)
+            for key in keys:
+                self.key_to_nodes.setdefault(key, set()).add(node)
             return
-        nodes = self.key_to_nodes.get(key)
-        if nodes is not None:
-            nodes.discard(node)
-            if not nodes:
-                del self.key_to_nodes[key]
+        for key in keys:
+            nodes = self.key_to_nodes.get(key)
+            if nodes is not None:
+                nodes.discard(node)
+                if not nodes:
+                    del self.key_to_nodes[key]
 
     def matched_pages(self, keys: np.ndarray) -> np.ndarray:
         """int64 [num_nodes]: length in pages of the cached prefix each node holds for these keys."""

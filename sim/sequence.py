@@ -9,6 +9,9 @@ import numpy as np
 
 from workloads.request import Request
 
+_NO_TOKENS = np.zeros(0, dtype=np.int32)
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
+
 
 class Status(StrEnum):
     WAITING = "waiting"
@@ -23,6 +26,7 @@ class Sequence:
     req: Request
     keys: np.ndarray  # uint64 [num_full_prompt_pages]: chained page keys of the prompt
     arrival_s: float
+    prompt_tokens: int = 0  # kept when the prompt itself is dropped at the end
     node: int = -1
     status: Status = Status.WAITING
     num_computed: int = 0  # tokens whose KV exists on the node
@@ -40,9 +44,13 @@ class Sequence:
     oom_blocked: bool = False
     done: object = None  # closed loop: SimPy event the client waits on
 
-    @property
-    def prompt_tokens(self) -> int:
-        return self.req.prompt_tokens
+    def __post_init__(self) -> None:
+        self.prompt_tokens = self.req.prompt_tokens
+
+    def drop_tokens(self) -> None:
+        """The request is over: free its prompt and keys (memory stays proportional to in-flight work)."""
+        self.req.prompt = _NO_TOKENS
+        self.keys = _NO_KEYS
 
     @property
     def prefill_target(self) -> int:

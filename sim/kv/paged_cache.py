@@ -26,7 +26,7 @@ class PageStats:
     page_size: int
 
 
-CacheListener = Callable[[str, int, int], None]  # (event "stored"|"removed", page key, node) -> None
+CacheListener = Callable[[str, list[int], int], None]  # (event "stored"|"removed", page keys, node)
 
 
 class PagedKVCache:
@@ -72,6 +72,7 @@ class PagedKVCache:
         """Index the request's full prompt pages [first, end) once their KV is computed."""
         if not self.prefix_cache:
             return
+        stored: list[int] = []
         for k in range(first, end):
             page = pages[k]
             if self.index.indexed[page]:
@@ -85,7 +86,8 @@ class PagedKVCache:
                 self.stats.created_s[page] = now
                 self.stats.last_access_s[page] = now
                 self.stats.hit_count[page] = 1
-                self._emit("stored", key)
+                stored.append(key)
+        self._emit("stored", stored)
 
     def admit_segment(self, new_tokens: int, already_shared: bool) -> bool:
         """Admission policy: may this request's freshly computed segment enter the cache?"""
@@ -140,17 +142,20 @@ class PagedKVCache:
 
     def _evict_subtree(self, page: int) -> int:
         """Evict a page and its cached descendants, which no prefix walk can reach any more."""
-        freed, stack = 0, [page]
+        freed, stack, removed = 0, [page], []
         while stack:
             p = stack.pop()
-            self._emit("removed", int(self.index.page_key[p]))
+            removed.append(int(self.index.page_key[p]))
             self.evicted_depths.append(int(self.index.depth[p]))
             stack.extend(c for c in self.index.remove(p) if self.pool.state[c] == CACHED)
             self.pool.evict(p)
             freed += 1
+        self._emit("removed", removed)
         self.num_evicted_pages += freed
         return freed
 
-    def _emit(self, event: str, key: int) -> None:
-        for listener in self.listeners:
-            listener(event, key, self.node_id)
+    def _emit(self, event: str, keys: list[int]) -> None:
+        """One event per batch of pages: listeners (the routing table) pay one call, not one per page."""
+        if keys:
+            for listener in self.listeners:
+                listener(event, keys, self.node_id)
