@@ -68,31 +68,33 @@ class Node:
             self.num_steps += 1
             self.apply(batch)
 
-    def schedule(self) -> list[tuple[Sequence, int]]:
-        """Pick (sequence, new tokens) for one step; allocates their KV."""
+    def schedule(self) -> list[tuple[Sequence, int, bool]]:
+        """Pick (sequence, new tokens, is prefill) for one step; allocates their KV."""
         budget = self.cfg.max_num_batched_tokens
-        batch: list[tuple[Sequence, int]] = []
+        batch: list[tuple[Sequence, int, bool]] = []
         preempted = False
+        now = self.env.now
         for seq in list(self.running):
             if budget == 0:
                 break
-            if seq.status != Status.RUNNING:
+            if seq.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop
-            n = min(seq.prefill_target - seq.num_computed, budget) if seq.in_prefill else 1
-            while not self.kv.grow(seq, n, self.env.now):
+            remaining = seq.prefill_target - seq.num_computed
+            n = min(remaining, budget) if remaining > 0 else 1
+            while not self.kv.grow(seq, n, now):
                 victim = self.running[-1]
                 self.preempt(victim)
                 preempted = True
                 if victim is seq:
                     break
-            if seq.status == Status.RUNNING:
-                batch.append((seq, n))
+            if seq.status is Status.RUNNING:
+                batch.append((seq, n, remaining > 0))
                 budget -= n
         if not preempted:
-            budget = self._admit_waiting(batch, budget)
+            self._admit_waiting(batch, budget)
         return batch
 
-    def _admit_waiting(self, batch: list[tuple[Sequence, int]], budget: int) -> int:
+    def _admit_waiting(self, batch: list[tuple[Sequence, int, bool]], budget: int) -> None:
         now = self.env.now
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
@@ -105,9 +107,8 @@ class Node:
             self.waiting.popleft()
             seq.status = Status.RUNNING
             self.running.append(seq)
-            batch.append((seq, n))
+            batch.append((seq, n, True))
             budget -= n
-        return budget
 
     def preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -119,23 +120,22 @@ class Node:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _plan(self, batch: list[tuple[Sequence, int]]) -> StepPlan:
-        prefill = [(n, s.num_computed) for s, n in batch if s.in_prefill]
-        decode = [s.num_computed + 1 for s, _ in batch if not s.in_prefill]
-        new, ctx = (np.array(x, dtype=np.int64) for x in zip(*prefill, strict=True)) if prefill else (
-            np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        return StepPlan(prefill_new=new, prefill_ctx=ctx, decode_ctx=np.array(decode, dtype=np.int64))
+    @staticmethod
+    def _plan(batch: list[tuple[Sequence, int, bool]]) -> StepPlan:
+        prefill_new = [n for _, n, pre in batch if pre]
+        prefill_ctx = [s.num_computed for s, _, pre in batch if pre]
+        decode = [s.num_computed + 1 for s, _, pre in batch if not pre]
+        return StepPlan(prefill_new=np.array(prefill_new, dtype=np.int64),
+                        prefill_ctx=np.array(prefill_ctx, dtype=np.int64),
+                        decode_ctx=np.array(decode, dtype=np.int64))
 
-    def apply(self, batch: list[tuple[Sequence, int]]) -> None:
+    def apply(self, batch: list[tuple[Sequence, int, bool]]) -> None:
         now = self.env.now
-        for seq, n in batch:
-            was_prefill = seq.in_prefill
+        for seq, n, was_prefill in batch:
             seq.num_computed += n
             self.kv.on_computed(seq, n, now)
-            if was_prefill and seq.in_prefill:
-                continue  # more chunks to go
-            if was_prefill and seq.num_generated:
-                continue  # recomputed after a preemption: decoding resumes next step
+            if was_prefill and (seq.num_computed < seq.prefill_target or seq.num_generated):
+                continue  # more chunks to go, or recomputed after a preemption (decoding resumes)
             seq.num_generated += 1
             if seq.num_generated == 1:
                 seq.first_token_s = now
