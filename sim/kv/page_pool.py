@@ -89,15 +89,33 @@ class PagePool:
         else:
             self._release(page)
 
-    def evict(self, page: int) -> None:
-        """Drop an unreferenced cached page (the prefix cache already unindexed it).
+    def unref_many(self, pages: list[int], indexed: np.ndarray) -> None:
+        """Drop one reference from each of `pages` (distinct); at zero, CACHED if indexed else released."""
+        arr = np.asarray(pages, dtype=np.int64)
+        assert (self.ref_count[arr] > 0).all(), "reference count would go negative"
+        self.ref_count[arr] -= 1
+        zero = arr[self.ref_count[arr] == 0]
+        if zero.size == 0:
+            return
+        self.num_used -= int(zero.size)
+        keep = indexed[zero]
+        cached = zero[keep]
+        self.state[cached] = CACHED
+        self.num_cached += int(cached.size)
+        released = zero[~keep]
+        if released.size:
+            self.state[released] = RETIRED if self.epoch_reclaim else FREE
+            (self._retired if self.epoch_reclaim else self._free).extend(released.tolist())
+
+    def evict_many(self, pages: np.ndarray) -> None:
+        """Drop unreferenced cached pages (the prefix cache already unindexed them).
 
         Nobody references a CACHED page, so no step can be reading it: it is free at once.
         """
-        assert self.state[page] == CACHED
-        self.num_cached -= 1
-        self.state[page] = FREE
-        self._free.append(page)
+        assert (self.state[pages] == CACHED).all()
+        self.num_cached -= int(pages.size)
+        self.state[pages] = FREE
+        self._free.extend(pages.tolist())
 
     def end_epoch(self) -> int:
         """A whole batch step has finished: no reader can still hold retired pages."""

@@ -70,24 +70,27 @@ class PagedKVCache:
     def store_pages(self, pages: list[int], keys: np.ndarray, prompt: np.ndarray, first: int,
                     end: int, now: float) -> None:
         """Index the request's full prompt pages [first, end) once their KV is computed."""
-        if not self.prefix_cache:
+        if not self.prefix_cache or end <= first:
             return
-        stored: list[int] = []
-        for k in range(first, end):
-            page = pages[k]
-            if self.index.indexed[page]:
-                continue
-            parent = pages[k - 1] if k else ROOT
-            if k and not self.index.indexed[parent]:
-                break  # the chain is broken (a parent was not indexed): nothing below is reachable
-            tokens = prompt[k * self.page_size : (k + 1) * self.page_size]
-            key = int(keys[k])
-            if self.index.insert(page, key, parent, tokens):
-                self.stats.created_s[page] = now
-                self.stats.last_access_s[page] = now
-                self.stats.hit_count[page] = 1
-                stored.append(key)
-        self._emit("stored", stored)
+        indexed = self.index.indexed
+        while first < end and indexed[pages[first]]:
+            first += 1  # already indexed (reused from the cache)
+        if first >= end:
+            return
+        parent = pages[first - 1] if first else ROOT
+        if first and not indexed[parent]:
+            return  # the chain is broken (a parent was not indexed): nothing below is reachable
+        p = self.page_size
+        chunk = pages[first:end]
+        chunk_keys = keys[first:end].tolist()
+        tokens = prompt[first * p : end * p].reshape(end - first, p)
+        count = self.index.insert_chain(chunk, chunk_keys, parent, tokens)
+        if count:
+            new = chunk[:count]
+            self.stats.created_s[new] = now
+            self.stats.last_access_s[new] = now
+            self.stats.hit_count[new] = 1
+            self._emit("stored", chunk_keys[:count])
 
     def admit_segment(self, new_tokens: int, already_shared: bool) -> bool:
         """Admission policy: may this request's freshly computed segment enter the cache?"""
@@ -111,9 +114,9 @@ class PagedKVCache:
         return self.pool.allocate(n)
 
     def release(self, pages: list[int]) -> None:
-        """A request is done with its pages (tail first, so tails become evictable first)."""
-        for page in reversed(pages):
-            self.pool.unref(page, keep_cached=bool(self.index.indexed[page]))
+        """A request is done with its pages; indexed ones stay cached (evictable), others go."""
+        if pages:
+            self.pool.unref_many(pages, self.index.indexed)
 
     def end_epoch(self) -> int:
         return self.pool.end_epoch()
@@ -134,25 +137,27 @@ class PagedKVCache:
                 candidates, priority = candidates[part], priority[part]
             # Lowest priority first; ties: deeper (tail) pages first, then lower page id.
             order = np.lexsort((candidates, -self.index.depth[candidates], priority))
-            for page in candidates[order]:
-                if self.pool.state[page] == CACHED:
-                    freed += self._evict_subtree(int(page))
-                if freed >= target:
-                    break
+            freed += self._evict_pages(candidates[order].tolist())
 
-    def _evict_subtree(self, page: int) -> int:
-        """Evict a page and its cached descendants, which no prefix walk can reach any more."""
-        freed, stack, removed = 0, [page], []
+    def _evict_pages(self, pages: list[int]) -> int:
+        """Evict pages and their cached descendants, which no prefix walk could reach any more."""
+        removed_keys, evicted = [], []
+        state, index = self.pool.state, self.index
+        stack = pages[::-1]
         while stack:
             p = stack.pop()
-            removed.append(int(self.index.page_key[p]))
-            self.evicted_depths.append(int(self.index.depth[p]))
-            stack.extend(c for c in self.index.remove(p) if self.pool.state[c] == CACHED)
-            self.pool.evict(p)
-            freed += 1
-        self._emit("removed", removed)
-        self.num_evicted_pages += freed
-        return freed
+            if state[p] != CACHED or not index.indexed[p]:
+                continue
+            removed_keys.append(int(index.page_key[p]))
+            evicted.append(p)
+            stack.extend(c for c in index.remove(p) if state[c] == CACHED)
+        if evicted:
+            arr = np.array(evicted, dtype=np.int64)
+            self.evicted_depths.extend(index.depth[arr].tolist())
+            self.pool.evict_many(arr)
+            self.num_evicted_pages += len(evicted)
+            self._emit("removed", removed_keys)
+        return len(evicted)
 
     def _emit(self, event: str, keys: list[int]) -> None:
         """One event per batch of pages: listeners (the routing table) pay one call, not one per page."""

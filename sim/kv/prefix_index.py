@@ -3,7 +3,10 @@
 Level 1 maps a chained page key to a cached page. Level 2 compares the page's token ids and its
 parent with the request's own before any reuse. A level-1 hit that fails level 2 is a false hit:
 counted, never reused. In `hash_only` mode level 2 is skipped (the what-if of the article's
-pitfall 1): a colliding page is reused and its tokens counted as wrong reuse.
+pitfall 1): a colliding page is reused and its differing tokens counted as wrong reuse.
+
+Token ids of indexed pages live in one [num_pages, page_size] table (a copy, so a finished
+prompt can be freed), which makes level 2 one vectorised comparison per lookup.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class PrefixIndex:
         self.parent = np.full(num_pages, ROOT, dtype=np.int64)
         self.depth = np.zeros(num_pages, dtype=np.int64)  # 1-based page position in its prefix
         self.indexed = np.zeros(num_pages, dtype=bool)
-        self.tokens: list[np.ndarray | None] = [None] * num_pages
+        self.token_table = np.zeros((num_pages, page_size), dtype=np.int32)
         self.children: dict[int, set[int]] = {}
 
     def __len__(self) -> int:
@@ -39,47 +42,68 @@ class PrefixIndex:
 
     def match(self, keys: np.ndarray, prompt: np.ndarray, max_pages: int) -> Match:
         """Longest cached prefix of `prompt` (keys = its chained page keys), at most max_pages."""
-        result = Match(pages=[])
-        parent = ROOT
-        for k in range(min(max_pages, keys.shape[0])):
-            page = self.key_to_page.get(int(keys[k]))
+        candidates = []
+        lookup = self.key_to_page.get
+        for key in keys[:max_pages].tolist():
+            page = lookup(key)
             if page is None:
                 break
-            own = prompt[k * self.page_size : (k + 1) * self.page_size]
-            same = self.parent[page] == parent and np.array_equal(self.tokens[page], own)
-            if not same and self.verify_tokens:
-                result.false_hits += 1
-                break
-            if not same:
-                result.wrong_reuse_tokens += int((self.tokens[page] != own).sum()) or self.page_size
-            result.pages.append(page)
-            parent = page
-        return result
+            candidates.append(page)
+        if not candidates:
+            return Match(pages=[])
+        pages = np.array(candidates, dtype=np.int64)
+        expected_parent = np.concatenate(([ROOT], pages[:-1]))
+        own = prompt[: pages.size * self.page_size].reshape(pages.size, self.page_size)
+        differs = self.token_table[pages] != own  # [num_candidates, page_size]
+        ok = (self.parent[pages] == expected_parent) & ~differs.any(axis=1)
+        if ok.all():
+            return Match(pages=candidates)
+        if self.verify_tokens:
+            first_bad = int(np.argmin(ok))
+            return Match(pages=candidates[:first_bad], false_hits=1)
+        bad = ~ok
+        wrong = int(differs[bad].sum()) + self.page_size * int((bad & ~differs.any(axis=1)).sum())
+        return Match(pages=candidates, wrong_reuse_tokens=wrong)
 
-    def insert(self, page: int, key: int, parent: int, tokens: np.ndarray) -> bool:
-        """Index a freshly computed full page. False if its key is already taken."""
-        if key in self.key_to_page:
-            return False
-        self.key_to_page[key] = page
-        self.page_key[page] = key
-        self.parent[page] = parent
-        self.depth[page] = 1 if parent == ROOT else self.depth[parent] + 1
-        self.indexed[page] = True
-        self.tokens[page] = tokens
-        if parent != ROOT:
-            self.children.setdefault(parent, set()).add(page)
-        return True
+    def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> int:
+        """Index consecutive full pages of one prefix, the first hanging under `parent`.
+
+        tokens: int32 [len(pages), page_size]. Stops at the first key already taken (its page
+        stays unindexed, so nothing below it is reachable). Returns how many were indexed.
+        """
+        count = 0
+        taken = self.key_to_page
+        for key in keys:
+            if key in taken:
+                break
+            count += 1
+        if count == 0:
+            return 0
+        new = pages[:count]
+        arr = np.array(new, dtype=np.int64)
+        taken.update(zip(keys[:count], new, strict=True))
+        self.page_key[arr] = keys[:count]
+        chain_parents = [parent, *new[:-1]]
+        self.parent[arr] = chain_parents
+        base = 0 if parent == ROOT else int(self.depth[parent])
+        self.depth[arr] = np.arange(base + 1, base + 1 + count)
+        self.indexed[arr] = True
+        self.token_table[arr] = tokens[:count]
+        for p, child in zip(chain_parents, new, strict=True):
+            if p != ROOT:
+                self.children.setdefault(p, set()).add(child)
+        return count
 
     def remove(self, page: int) -> list[int]:
         """Unindex a page; returns its children, which are now unreachable by prefix walks."""
-        assert self.indexed[page]
         del self.key_to_page[int(self.page_key[page])]
         self.indexed[page] = False
-        self.tokens[page] = None
         parent = int(self.parent[page])
-        if parent != ROOT and parent in self.children:
-            self.children[parent].discard(page)
+        if parent != ROOT:
+            siblings = self.children.get(parent)
+            if siblings is not None:
+                siblings.discard(page)
         orphans = list(self.children.pop(page, ()))
-        for child in orphans:
-            self.parent[child] = ROOT
+        if orphans:
+            self.parent[orphans] = ROOT
         return orphans
