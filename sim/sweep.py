@@ -1,0 +1,137 @@
+"""`kvsched sweep SWEEP.yaml --out DIR`: one simulation per point, on a process pool or Ray.
+
+The plan is checked in full before anything runs (sim/sweep_spec.py); results are journalled
+point by point (sim/sweep_store.py), so Ctrl-C or SIGTERM stops cleanly and the same command
+resumes. Exit status: 0 all points ok, 1 some failed (see the table's error column), 2 bad input,
+130/143 interrupted by SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from sim.config import ConfigError
+from sim.sweep_backends import make_backend
+from sim.sweep_spec import Sweep, load_sweep
+from sim.sweep_store import FAILED, TABLE_CSV, SweepStore
+
+
+@dataclass
+class SweepOutcome:
+    table: pd.DataFrame
+    num_points: int
+    num_done: int
+    num_failed: int
+    stop_signal: int | None  # the signal that stopped the sweep, None if it ran to the end
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM set a flag the backends poll; a second SIGINT interrupts at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+
+def run_sweep(sweep: Sweep, out_dir: str | Path, backend: str = "local", workers: int | None = None,
+              ray_address: str | None = None, show_progress: bool = True, restart: bool = False) -> SweepOutcome:
+    store = SweepStore(out_dir, sweep)
+    store.open(restart)
+    todo = [p for p in sweep.points if not store.is_done(p)]
+    tasks = [{"point_id": p.point_id, "index": p.index, "arm": p.arm, "values": p.values, "config": p.config}
+             for p in todo]
+    done, failed = store.counts()
+    bar = tqdm(total=len(sweep.points), initial=done, desc=sweep.spec.name, unit="pt", disable=not show_progress,
+               dynamic_ncols=True)
+    bar.set_postfix(failed=failed)
+    stop = _StopOnSignal()
+    pool = make_backend(backend, workers or os.cpu_count() or 1, ray_address) if tasks else None
+    try:
+        with stop:
+            for record in pool.run(tasks, stop) if pool else ():
+                store.append(record)
+                store.write_table()
+                bar.update(1)
+                bar.set_postfix(failed=store.counts()[1])
+    finally:
+        if pool is not None:
+            pool.close()
+        bar.close()
+        table = store.write_table(parquet=True)
+    done, failed = store.counts()
+    return SweepOutcome(table, len(sweep.points), done, failed, stop.signum)
+
+
+def cmd_sweep(args) -> int:
+    sweep = load_sweep(args.sweep)
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("--workers: must be at least 1")
+    outcome = run_sweep(sweep, args.out, args.backend, args.workers, args.ray_address,
+                        show_progress=not args.quiet, restart=args.restart)
+    return finish(outcome, sweep, Path(args.out), write_report=not args.no_report)
+
+
+def finish(outcome: SweepOutcome, sweep: Sweep, out: Path, write_report: bool) -> int:
+    """Print the outcome (and write the report); the exit status."""
+    if outcome.stop_signal is not None:
+        name = signal.Signals(outcome.stop_signal).name
+        print(f"interrupted by {name}: {outcome.num_done} of {outcome.num_points} points done; "
+              "run the same command again to resume")
+        return 128 + outcome.stop_signal
+    print(f"sweep {sweep.spec.name}: {outcome.num_done} of {outcome.num_points} points ok, "
+          f"{outcome.num_failed} failed; table: {out / TABLE_CSV}")
+    if write_report and outcome.num_done:
+        from reports.sweep_report import best_configs_text, write_sweep_report
+
+        write_sweep_report(out, out / "report.html")
+        print(best_configs_text(out))
+        print(f"report: {out / 'report.html'}")
+    if outcome.num_failed:
+        first = outcome.table[outcome.table.status == FAILED].iloc[0]
+        print(f"{outcome.num_failed} points failed; first: point {first.point}: {first.error}")
+        return 1
+    return 0
+
+
+def add_backend_args(p) -> None:
+    p.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="local: a process pool on this machine (default); ray: Ray tasks")
+    p.add_argument("--workers", type=int, help="local processes, or CPUs of a local Ray instance "
+                   "(default: all cores)")
+    p.add_argument("--ray-address", help="join an existing Ray cluster (auto, or ray://HOST:10001); "
+                   "default: start a local instance")
+    p.add_argument("--restart", action="store_true", help="discard earlier results in --out")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="run a parameter sweep (one simulation per point)")
+    p.add_argument("sweep", metavar="SWEEP", help="sweep file (YAML/JSON): base, axes, sampling")
+    p.add_argument("--out", required=True, help="sweep directory (re-run to resume)")
+    add_backend_args(p)
+    p.set_defaults(func=cmd_sweep)

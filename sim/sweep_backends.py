@@ -1,0 +1,195 @@
+"""Where sweep points run: a local process pool, or Ray (a local instance or an existing cluster).
+
+A backend takes tasks ({point_id, index, arm, values, config}) and yields one record per task as
+it finishes. A point's result depends only on its config (the simulation seeds its generators
+from `config.seed`), so both backends give the same metrics for the same points.
+Stopping: `should_stop()` is polled every POLL_S; the backend then returns and `close()` ends the
+points in flight (they are not recorded, so a re-run does them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterator
+from multiprocessing import connection, get_context
+
+from sim.config import ConfigError, parse_config
+
+POLL_S = 0.2
+StopFn = Callable[[], bool]
+
+
+def run_point(task: dict) -> dict:
+    """Simulate one point (in a worker). Never raises: a failure is a record carrying its error."""
+    from sim.experiment import run_arm
+
+    started = time.perf_counter()
+    record = {k: task[k] for k in ("point_id", "index", "arm", "values")}
+    try:
+        cfg = parse_config(task["config"], source="point")
+        _, metrics, _, _ = run_arm(cfg, task["arm"], show_progress=False)
+        record.update(status="ok", metrics=metrics, error=None)
+    except Exception as err:  # a point's failure is data: record it and go on with the sweep
+        where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+        at = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
+        record.update(status="failed", metrics={}, error=f"{type(err).__name__}: {err}{at}".splitlines()[0])
+    record["wall_s"] = round(time.perf_counter() - started, 3)
+    return record
+
+
+def failed_record(task: dict, error: str) -> dict:
+    record = {k: task[k] for k in ("point_id", "index", "arm", "values")}
+    record.update(status="failed", metrics={}, error=error, wall_s=None)
+    return record
+
+
+# -- local process pool ------------------------------------------------------------------------
+def _worker_main(conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # the parent went away
+            return
+        if task is None:
+            return
+        conn.send(run_point(task))
+
+
+class _Worker:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.task: dict | None = None
+
+
+class LocalPool:
+    """`num_workers` spawned processes, one point at a time each; a worker that dies is replaced
+    and its point recorded as failed."""
+
+    def __init__(self, num_workers: int):
+        self.num_workers = max(1, num_workers)
+        self.ctx = get_context("spawn")  # fresh interpreters, as Ray's workers: no inherited state
+        self.workers: list[_Worker] = []
+
+    def run(self, tasks: list[dict], should_stop: StopFn) -> Iterator[dict]:
+        queue = deque(tasks)
+        self._start(min(self.num_workers, len(tasks)))
+        while queue or any(w.task for w in self.workers):
+            if should_stop():
+                return
+            for w in self.workers:
+                if w.task is None and queue:
+                    w.task = queue.popleft()
+                    w.conn.send(w.task)
+            busy = [w for w in self.workers if w.task]
+            ready = set(connection.wait([w.conn for w in busy], timeout=POLL_S))
+            for w in busy:
+                if w.conn in ready:
+                    yield self._collect(w)
+
+    def _start(self, count: int) -> None:
+        # Workers inherit an ignored SIGINT while they import, so a Ctrl-C then cannot kill them
+        # with a traceback; the parent's own handler is installed by the caller afterwards.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            while len(self.workers) < count:
+                self.workers.append(_Worker(self.ctx))
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
+
+    def _collect(self, w: _Worker) -> dict:
+        task, w.task = w.task, None
+        try:
+            return w.conn.recv()
+        except (EOFError, OSError):
+            w.process.join(timeout=5)
+            code = w.process.exitcode
+            self.workers[self.workers.index(w)] = _Worker(self.ctx)
+            return failed_record(task, f"worker process died (exit code {code})")
+
+    def close(self) -> None:
+        for w in self.workers:
+            if w.task is None:
+                with contextlib.suppress(OSError):
+                    w.conn.send(None)
+            else:
+                w.process.terminate()  # a point in flight: stop it now, a re-run redoes it
+        for w in self.workers:
+            w.process.join(timeout=10)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+        self.workers = []
+
+
+# -- Ray ---------------------------------------------------------------------------------------
+class RayPool:
+    """Points as Ray tasks (1 CPU each). `address`: "auto" or ray://... joins an existing cluster
+    (the code is shipped with the job); None starts a local instance with `num_cpus` CPUs."""
+
+    def __init__(self, address: str | None, num_cpus: int | None):
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--backend ray: Ray is not installed; install the extra: kvsched[ray]") from None
+        self.ray = ray
+        self.owns_instance = not ray.is_initialized()
+        if self.owns_instance:
+            ray.init(**_ray_init_kwargs(address, num_cpus))
+        self.remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+        self.in_flight: dict = {}  # object ref -> task
+
+    def run(self, tasks: list[dict], should_stop: StopFn) -> Iterator[dict]:
+        queue = deque(tasks)
+        window = 2 * max(1, int(self.ray.cluster_resources().get("CPU", 1)))  # keep every CPU fed
+        while queue or self.in_flight:
+            if should_stop():
+                return
+            while queue and len(self.in_flight) < window:
+                task = queue.popleft()
+                self.in_flight[self.remote.remote(task)] = task
+            ready, _ = self.ray.wait(list(self.in_flight), num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                task = self.in_flight.pop(ref)
+                try:
+                    yield self.ray.get(ref)
+                except self.ray.exceptions.RayError as err:
+                    yield failed_record(task, f"{type(err).__name__}: {err}".splitlines()[0])
+
+    def close(self) -> None:
+        for ref in self.in_flight:
+            self.ray.cancel(ref, force=True)
+        self.in_flight = {}
+        if self.owns_instance:
+            self.ray.shutdown()
+
+
+def _ray_init_kwargs(address: str | None, num_cpus: int | None) -> dict:
+    if address is None:
+        return dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    import policies
+    import sim
+    import workloads
+
+    # A remote cluster's workers may not have this checkout: ship the packages with the job.
+    return dict(address=address, log_to_driver=False,
+                runtime_env={"py_modules": [sim, policies, workloads]})
+
+
+def make_backend(name: str, workers: int, ray_address: str | None):
+    if name == "local":
+        return LocalPool(workers)
+    if name == "ray":
+        return RayPool(ray_address, None if ray_address else workers)
+    raise ConfigError(f"--backend: unknown backend {name!r}; allowed: local, ray")
