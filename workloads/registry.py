@@ -8,11 +8,23 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from sim.config import ConfigError, format_validation_error
+from workloads.generators import (
+    NoSharingParams,
+    SharedPrefixGroupsParams,
+    make_no_sharing,
+    make_shared_prefix_groups,
+)
+from workloads.multi_turn import MultiTurnParams, make_multi_turn
 from workloads.request import Workload
 from workloads.seed import SeedParams, make_seed
+from workloads.trace import TraceParams, make_trace
 
 WORKLOADS: dict[str, tuple[type[BaseModel], Callable[..., Workload]]] = {
     "seed": (SeedParams, make_seed),
+    "trace": (TraceParams, make_trace),
+    "shared_prefix_groups": (SharedPrefixGroupsParams, make_shared_prefix_groups),
+    "multi_turn": (MultiTurnParams, make_multi_turn),
+    "no_sharing": (NoSharingParams, make_no_sharing),
 }
 
 
