@@ -10,6 +10,7 @@ points in flight (they are not recorded, so a re-run does them).
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -177,13 +178,14 @@ class RayPool:
 
 def _ray_init_kwargs(address: str | None, num_cpus: int | None) -> dict:
     if address is None:
-        return dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        return dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                    logging_level=logging.WARNING)
     import policies
     import sim
     import workloads
 
     # A remote cluster's workers may not have this checkout: ship the packages with the job.
-    return dict(address=address, log_to_driver=False,
+    return dict(address=address, log_to_driver=False, logging_level=logging.WARNING,
                 runtime_env={"py_modules": [sim, policies, workloads]})
 
 

@@ -18,7 +18,6 @@ duplicate or a value the config rejects is a ConfigError naming the axis.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
@@ -165,8 +164,3 @@ def _check_distinct(points: list[Point]) -> None:
                               "give the same config")
         by_id[p.point_id] = p
 
-
-def pasteable_config(point: Point) -> dict:
-    """A config `kvsched run --config` runs as exactly this point: the resolved config under a
-    custom arm name with no overrides (a built-in arm name would re-apply the arm's overrides)."""
-    return {**copy.deepcopy(point.config), "arms": {f"{point.arm}-tuned": {}}}

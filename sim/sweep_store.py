@@ -1,6 +1,7 @@
 """Sweep results on disk: an append-only journal of finished points and the table built from it.
 
-  DIR/sweep.json     the plan: the spec, the base, every point's index, axis values, arm and id
+  DIR/sweep.json     the plan: the spec, the base, every point's index, axis values, arm, id and
+                     resolved config (what reports/ reads to print a point's config)
   DIR/points.jsonl   one JSON line per finished point, appended with one write + fsync as the point
                      finishes; a killed sweep loses at most the points in flight. A torn last line
                      (killed mid-write) is cut off when the journal is next opened.
@@ -49,8 +50,8 @@ class SweepStore:
     def _plan(self) -> dict:
         spec = self.sweep.spec.model_dump(mode="json")
         spec["base"] = self.sweep.base
-        points = [{"index": p.index, "point_id": p.point_id, "arm": p.arm, "values": p.values}
-                  for p in self.sweep.points]
+        points = [{"index": p.index, "point_id": p.point_id, "arm": p.arm, "values": p.values,
+                   "config": p.config} for p in self.sweep.points]
         return {"spec": spec, "grid_size": self.sweep.grid_size, "points": points}
 
     def is_done(self, point: Point) -> bool:
