@@ -14,6 +14,7 @@ shared prefix (rule in `AzurePrefix`).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -60,7 +61,7 @@ class TraceParams(BaseModel):
 
 
 @lru_cache(maxsize=4)
-def _load_cached(path: str, mtime_ns: int, size: int, fmt: str, skip_bad_rows: bool) -> Trace:
+def _load_cached(path: str, resolved: str, mtime_ns: int, size: int, fmt: str, skip_bad_rows: bool) -> Trace:
     return load_trace(path, fmt, skip_bad_rows)
 
 
@@ -70,18 +71,18 @@ def cached_trace(path: str, fmt: str, skip_bad_rows: bool = False) -> Trace:
     if not p.is_file():
         return load_trace(p, fmt, skip_bad_rows)  # raises the one-line error
     st = p.stat()
-    return _load_cached(str(p.resolve()), st.st_mtime_ns, st.st_size, fmt, skip_bad_rows)
+    return _load_cached(str(path), str(p.resolve()), st.st_mtime_ns, st.st_size, fmt, skip_bad_rows)
 
 
 def window(trace: Trace, start_s: float = 0.0, end_s: float | None = None,
-           max_requests: int | None = None) -> tuple[Trace, np.ndarray]:
-    """Rows in [start_s, end_s), then the first max_requests; with arrivals rebased to start_s."""
+           max_requests: int | None = None) -> Trace:
+    """Rows in [start_s, end_s), then the first max_requests; arrivals rebased to start_s."""
     t = trace.arrival_s
     keep = t >= start_s
     if end_s is not None:
         keep &= t < end_s
     rows = np.flatnonzero(keep)[:max_requests]
-    return trace.select(rows), trace.arrival_s[rows] - start_s
+    return replace(trace.select(rows), arrival_s=trace.arrival_s[rows] - start_s)
 
 
 def replay_times(arrival_s: np.ndarray, time_scale: float = 1.0, rate: float | None = None) -> np.ndarray:
@@ -137,10 +138,10 @@ def trace_requests(trace: Trace, arrivals: np.ndarray | None, rng: np.random.Gen
 
 def make_trace(p: TraceParams, rng: np.random.Generator) -> Workload:
     full = cached_trace(p.path, p.format, p.skip_bad_rows)
-    trace, rebased = window(full, p.start_s, p.end_s, p.max_requests)
+    trace = window(full, p.start_s, p.end_s, p.max_requests)
     if len(trace) == 0:
         raise ConfigError(f"workload.params: no rows of {p.path} in the window start_s={p.start_s}, end_s={p.end_s}")
-    arrivals = None if p.num_clients is not None else replay_times(rebased, p.time_scale, p.rate)
+    arrivals = None if p.num_clients is not None else replay_times(trace.arrival_s, p.time_scale, p.rate)
     prefix = AzurePrefix(p, len(trace), rng) if p.format == "azure" and p.shared_prefix_tokens else None
     info = {**p.model_dump(), "records": len(trace), "skipped_rows": full.num_skipped,
             "replay_span_s": float(arrivals[-1]) if arrivals is not None else None}
