@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from policies import make_policy
 from sim import __version__
 from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, deep_merge, parse_config
@@ -45,6 +46,7 @@ BUILTIN_ARMS: dict[str, dict] = {
 def resolve_arms(raw: dict, selected: list[str] | None = None) -> dict[str, ExperimentConfig]:
     """Base config + each arm's overrides, validated; errors name the arm and the field."""
     base = parse_config(raw)
+    _check_names(base, "config")
     overrides = raw.get("arms") or {}
     names = selected or list(overrides) or list(BUILTIN_ARMS)
     allowed = list(dict.fromkeys([*BUILTIN_ARMS, *overrides]))
@@ -55,8 +57,18 @@ def resolve_arms(raw: dict, selected: list[str] | None = None) -> dict[str, Expe
         arm_override = deep_merge(BUILTIN_ARMS.get(name, {}), overrides.get(name, {}))
         merged = deep_merge({k: v for k, v in raw.items() if k != "arms"}, arm_override)
         arms[name] = parse_config(merged, source=f"arms.{name}")
-    del base
+        _check_names(arms[name], f"arms.{name}")
     return arms
+
+
+def _check_names(cfg: ExperimentConfig, source: str) -> None:
+    """Build every named policy and the workload once, so a bad name or parameter fails before any run."""
+    try:
+        for kind in ("routing", "eviction", "admission"):
+            make_policy(kind, getattr(cfg.policies, kind), np.random.default_rng(0))
+        make_workload(cfg.workload.name, cfg.workload.params, np.random.default_rng(0))
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
 
 
 def run_arm(cfg: ExperimentConfig, arm: str, show_progress: bool = True) -> tuple[Cluster, dict, object, object]:

@@ -1,0 +1,25 @@
+"""Test helpers: an exact latency model and hand-built requests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.request import Request
+
+
+class ConstantLatency:
+    """A latency model whose every step takes `step_s`: makes simulated times exact."""
+
+    name = "constant"
+
+    def __init__(self, step_s: float = 0.01):
+        self.step_s = step_s
+
+    def step_time_s(self, plan) -> float:
+        return self.step_s
+
+
+def make_request(request_id: int, tokens, output_tokens: int = 2, arrival_s: float | None = 0.0,
+                 tag: str = "") -> Request:
+    return Request(request_id=request_id, prompt=np.asarray(tokens, dtype=np.int32),
+                   output_tokens=output_tokens, arrival_s=arrival_s, tag=tag)

@@ -1,0 +1,89 @@
+"""A node's serve loop on hand-built requests: exact hit tokens, times and preemptions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from policies.admission import Always, NoParams
+from policies.eviction import LRU
+from sim.config import NodeConfig
+from sim.kv.hashing import page_keys
+from sim.kv.manager import PagedKV
+from sim.kv.paged_cache import PagedKVCache
+from sim.node import Node
+from sim.sequence import Sequence, Status
+from tests.helpers import ConstantLatency, make_request
+
+PAGE = 16
+
+
+def make_node(num_pages: int = 64, budget: int = 4096, step_s: float = 0.01):
+    env = simpy.Environment()
+    cache = PagedKVCache(num_pages, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams()))
+    finished: list[Sequence] = []
+    node = Node(env, 0, NodeConfig(num_gpus=1, tp=1, max_num_batched_tokens=budget), PagedKV(cache, 1024),
+                ConstantLatency(step_s), finished.append)
+    return env, node, cache, finished
+
+
+def submit_at(env, node, t: float, req):
+    seq = Sequence(req=req, keys=page_keys(req.prompt, PAGE), arrival_s=t)
+
+    def proc():
+        yield env.timeout(t)
+        node.submit(seq)
+
+    env.process(proc())
+    return seq
+
+
+def test_second_request_reuses_exactly_three_shared_pages():
+    env, node, cache, finished = make_node()
+    shared = np.arange(48)  # 3 full pages
+    a = submit_at(env, node, 0.0, make_request(0, np.concatenate([shared, [900, 901, 902, 903, 904]])))
+    b = submit_at(env, node, 0.05, make_request(1, np.concatenate([shared, np.arange(1000, 1007)])))
+    env.run(until=1.0)
+    assert [s.req.request_id for s in finished] == [0, 1]
+    assert a.cached_tokens == 0 and b.cached_tokens == 48
+    # a: prefill step ends at 0.01 (first token), one decode step ends at 0.02.
+    assert (a.first_token_s, a.finish_s) == pytest.approx((0.01, 0.02), abs=1e-12)
+    assert (b.first_token_s, b.finish_s) == pytest.approx((0.06, 0.07), abs=1e-12)
+    cache.pool.check_invariants()
+
+
+def test_chunked_prefill_emits_the_first_token_after_the_last_chunk():
+    env, node, cache, finished = make_node(budget=32)
+    seq = submit_at(env, node, 0.0, make_request(0, np.arange(80), output_tokens=3))
+    env.run(until=1.0)
+    # 80 prompt tokens in chunks of 32, 32, 16: first token after step 3, then 2 decode steps.
+    assert np.isclose(seq.first_token_s, 0.03) and np.isclose(seq.finish_s, 0.05)
+    assert node.num_steps == 5 and seq.status is Status.FINISHED
+
+
+def test_out_of_pages_preempts_the_newest_request_and_both_finish():
+    # 4 pages of 16 tokens: two 24-token prompts take 2 pages each; the first decode page fault
+    # (token 33 of either) cannot be served, so the newest request is preempted and recomputed.
+    env, node, cache, finished = make_node(num_pages=4)
+    a = submit_at(env, node, 0.0, make_request(0, np.arange(100, 124), output_tokens=12))
+    b = submit_at(env, node, 0.0, make_request(1, np.arange(200, 224), output_tokens=12))
+    env.run(until=5.0)
+    assert a.status is Status.FINISHED and b.status is Status.FINISHED
+    assert a.preemptions == 0 and b.preemptions == 1 and node.num_preemptions == 1
+    assert b.finish_s > a.finish_s
+    cache.pool.check_invariants()
+    assert cache.pool.num_used == 0
+
+
+def test_reference_counts_follow_sharing():
+    env, node, cache, finished = make_node()
+    shared = np.arange(32)  # 2 full pages
+    submit_at(env, node, 0.0, make_request(0, np.concatenate([shared, [7] * 3]), output_tokens=50))
+    submit_at(env, node, 0.02, make_request(1, np.concatenate([shared, [8] * 3]), output_tokens=50))
+    env.run(until=0.1)  # both running: the two shared pages have two references each
+    shared_pages = [p for p in range(cache.pool.num_pages) if cache.pool.ref_count[p] == 2]
+    assert len(shared_pages) == 2
+    env.run(until=5.0)
+    assert len(finished) == 2 and int(cache.pool.ref_count.sum()) == 0
+    cache.pool.check_invariants()
