@@ -1,4 +1,8 @@
-"""`kvsched report`: HTML from run directories."""
+"""`kvsched report`, `kvsched compare` and `kvsched check`: read run directories, never simulate.
+
+Exit status: 0 done (check: within tolerance), 1 check found a regression, 2 unusable input
+(missing or malformed files, unknown arm), printed as one line by sim.cli.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +17,32 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from reports.compare import run_compare
+
+    return run_compare(args.a, args.b, args.out)
+
+
+def cmd_check(args) -> int:
+    from reports.check import run_check
+
+    return run_check(args.run_dir, args.baseline, update=args.update)
+
+
 def register(sub) -> None:
     rep = sub.add_parser("report", help="HTML report of one or more run directories")
-    rep.add_argument("run_dirs", nargs="+")
-    rep.add_argument("--out", required=True)
+    rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    rep.add_argument("--out", required=True, help="HTML file to write")
     rep.set_defaults(func=cmd_report)
+
+    cmp = sub.add_parser("compare", help="two runs (RUN_DIR) or two arms (RUN_DIR:ARM) side by side")
+    cmp.add_argument("a", metavar="A", help="RUN_DIR or RUN_DIR:ARM")
+    cmp.add_argument("b", metavar="B", help="RUN_DIR or RUN_DIR:ARM")
+    cmp.add_argument("--out", help="also write an HTML page here")
+    cmp.set_defaults(func=cmd_compare)
+
+    chk = sub.add_parser("check", help="regression gate: a run against a baseline file (exit 1 on regression)")
+    chk.add_argument("run_dir", metavar="RUN_DIR")
+    chk.add_argument("--baseline", required=True, help="baseline JSON (e.g. baselines/seed.json)")
+    chk.add_argument("--update", action="store_true", help="rewrite the baseline from this run, on purpose")
+    chk.set_defaults(func=cmd_check)

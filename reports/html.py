@@ -1,66 +1,120 @@
-"""A self-contained HTML report of one or more run directories (inline SVG plots, inline CSS)."""
+"""A self-contained HTML report of one or more run directories.
+
+One file, readable offline: inline CSS, matplotlib plots as inline <svg>, no script, no external
+URL, no font. Sections: headline table, gain decomposition, latency, KV memory, queues and load,
+prefix hits, study-specific sections (when the run has their metrics), provenance footer.
+Every string from a config or trace is escaped (an arm named "<script>" prints as text).
+"""
 
 from __future__ import annotations
 
-import html
-import io
 import json
+from html import escape
 from pathlib import Path
 
-import matplotlib
+from reports import plots_cluster, plots_latency, studies, tables
+from reports.figures import style
+from reports.rundata import Arm, Run, all_arms, load_runs
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from sim.cli import SUMMARY_COLUMNS, _fmt  # noqa: E402
-
-
-def _svg(fig) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
-
-
-def _load(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    requests, series = {}, {}
-    for arm in summary["arms"]:
-        arm_dir = run_dir / "".join(c if c.isalnum() or c in "+-_." else "_" for c in arm)
-        requests[arm] = pd.read_csv(arm_dir / "requests.csv")
-        series[arm] = pd.read_csv(arm_dir / "timeseries.csv")
-    return summary, requests, series
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#222;
+ max-width:1180px;margin:0 auto;padding:0 20px 40px}
+h1{font-size:22px;margin:22px 0 4px}h2{font-size:18px;margin:30px 0 6px;border-bottom:2px solid #0072B2}
+p.lede{color:#555;margin:0 0 10px}nav a{margin-right:12px;white-space:nowrap}
+.scroll{overflow-x:auto}table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:8px 0}
+th,td{padding:4px 9px;border-bottom:1px solid #e3e3e3;text-align:right;vertical-align:top}
+th{background:#f4f6f8;font-weight:600;font-size:12px}td:first-child,th:first-child{text-align:left}
+table.headline td{white-space:nowrap}.ratio{display:block;color:#777;font-size:11px}
+.best{color:#006b4f}.good{color:#006b4f}.bad{color:#b33c00}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
+.s0{background:#0072B2}.s1{background:#E69F00}.s2{background:#009E73}.s3{background:#D55E00}
+.s4{background:#CC79A7}.s5{background:#56B4E9}.s6{background:#F0E442}.s7{background:#000}
+figure{margin:14px 0 22px}figure svg{max-width:100%;height:auto}
+figcaption{color:#444;font-size:13px;max-width:900px}.note{color:#777;font-style:italic}
+details{margin:8px 0}summary{cursor:pointer;color:#0072B2}
+pre{background:#f6f8fa;padding:10px;overflow:auto;max-height:420px;font-size:12px}
+footer{margin-top:36px;border-top:1px solid #ccc;padding-top:8px;font-size:13px;color:#444}
+dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px}dt{font-weight:600}dd{margin:0}
+"""
 
 
-def write_report(run_dirs: list[Path], out: Path) -> None:
-    parts = ["<!doctype html><meta charset='utf-8'><title>kvsched report</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-             "td,th{padding:4px 8px;border-bottom:1px solid #ddd;text-align:right}</style>"]
-    for run_dir in run_dirs:
-        summary, requests, series = _load(Path(run_dir))
-        parts.append(f"<h1>{html.escape(str(summary.get('name', run_dir)))}</h1>")
-        head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in SUMMARY_COLUMNS)
-        rows = "".join(
-            f"<tr><th>{html.escape(arm)}</th>" + "".join(f"<td>{_fmt(k, m.get(k), f)}</td>" for k, _, f in SUMMARY_COLUMNS) + "</tr>"
-            for arm, m in summary["arms"].items()
-        )
-        parts.append(f"<table><tr><th>arm</th>{head}</tr>{rows}</table>")
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        for arm, df in requests.items():
-            done = df[df.status == "finished"]
-            ttft = ((done.first_token_s - done.arrival_s) * 1e3).sort_values()
-            ax.plot(ttft.to_numpy(), (pd.Series(range(1, len(ttft) + 1)) / max(1, len(ttft))).to_numpy(), label=arm)
-        ax.set(xscale="log", xlabel="TTFT (ms)", ylabel="share of requests", title="TTFT CDF per arm")
-        ax.legend()
-        parts.append(_svg(fig))
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        for arm, df in series.items():
-            total = df.groupby("time_s")[["kv_allocated_bytes", "kv_cached_bytes"]].sum().sum(axis=1) / 1e9
-            ax.plot(total.index, total.to_numpy(), label=arm)
-        ax.set(xlabel="simulated time (s)", ylabel="KV held (GB, all nodes)", title="KV memory over time")
-        ax.legend()
-        parts.append(_svg(fig))
-        parts.append(f"<p>latency model: {html.escape(str(summary.get('latency_model')))}</p>")
-    Path(out).write_text("\n".join(parts))
+def _section(anchor: str, title: str, body: str) -> str:
+    return f'<section id="{escape(anchor)}"><h2>{escape(title)}</h2>{body}</section>'
+
+
+def _or_note(fig: str | None, what: str) -> str:
+    return fig if fig else f'<p class="note">{escape(what)}</p>'
+
+
+def _memory_body(arms: list[Arm]) -> str:
+    figs = [plots_cluster.kv_memory_figure(a, f"{i}") for i, a in enumerate(arms)]
+    if not any(figs):
+        return '<p class="note">No arm recorded KV memory (kv_allocated_bytes) in timeseries.csv.</p>'
+    return "".join(f for f in figs if f)
+
+
+def _body_sections(arms: list[Arm]) -> list[tuple[str, str, str]]:
+    all_metrics = f"<details><summary>All summary metrics</summary>{tables.all_metrics_table(arms)}</details>"
+    latency = [plots_latency.cdf_figure(arms, "ttft"), plots_latency.cdf_figure(arms, "e2e"),
+               plots_latency.ttft_scatter_figure(arms), "<h3>Per request class</h3>", tables.tag_table(arms)]
+    queues = [_or_note(plots_cluster.queue_figure(arms), "No queue samples (waiting) in timeseries.csv."),
+              _or_note(plots_cluster.node_load_figure(arms), "No per-node load samples (load) in timeseries.csv."),
+              plots_cluster.requests_per_node_figure(arms) or ""]
+    sections = [
+        ("headline", "Headline", "<p>&#9733; marks the best arm per column; the grey &times; under a value "
+         "is its ratio to the first arm.</p>" + tables.headline_table(arms) + all_metrics),
+        ("gain", "Gain decomposition", plots_latency.gain_figure(arms) + tables.gain_steps_table(arms)),
+        ("latency", "Latency", "".join(latency)),
+        ("memory", "KV memory", _memory_body(arms)),
+        ("load", "Queues and node load", "".join(queues)),
+        ("hits", "Prefix hits", _or_note(plots_cluster.hit_rate_figure(arms), "No finished requests to measure.")),
+        *studies.study_sections(arms),
+    ]
+    other = studies.other_series_section(arms)
+    return [*sections, *([other] if other else [])]
+
+
+def _provenance(run: Run) -> str:
+    s, info = run.summary, run.run_info
+    wall = info.get("wall_s")
+    items = [("run", run.label), ("directory", run.path.name.removesuffix(".partial")), ("seed", s.get("seed", "-")),
+             ("version", s.get("version", "-")), ("latency model", s.get("latency_model", "-")),
+             ("date", info.get("date", "-")), ("wall time", f"{wall:.1f} s" if isinstance(wall, int | float) else "-")]
+    dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in items)
+    configs = [("experiment config (config.json)", run.config)] + [
+        (f"resolved config of arm {a.name}", a.config) for a in run.arms.values() if a.config]
+    det = "".join(f"<details><summary>{escape(t)}</summary><pre>{escape(json.dumps(c, indent=2, default=str))}</pre></details>"
+                  for t, c in configs if c)
+    return f'<dl class="prov">{dl}</dl>{det}'
+
+
+def render(runs: list[Run]) -> str:
+    arms = all_arms(runs)
+    with style():
+        sections = _body_sections(arms)
+    title = "kvsched report: " + ", ".join(r.label for r in runs)
+    first = runs[0].summary
+    lede = (f"{len(arms)} arm(s); simulated {_duration(arms)}; latency model {first.get('latency_model', '-')}; "
+            f"seed {first.get('seed', '-')}.")
+    nav = "".join(f'<a href="#{escape(a)}">{escape(t)}</a>' for a, t, _ in sections) + '<a href="#provenance">Provenance</a>'
+    footer = "".join(f"<h3>{escape(r.label)}</h3>{_provenance(r)}" for r in runs)
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+            f'<h1>{escape(title)}</h1><p class="lede">{escape(lede)}</p><nav>{nav}</nav>'
+            + "".join(_section(*s) for s in sections)
+            + f'<footer id="provenance"><h2>Provenance</h2>{footer}</footer></body></html>\n')
+
+
+def _duration(arms: list[Arm]) -> str:
+    values = {a.metrics.get("duration_s") for a in arms if isinstance(a.metrics.get("duration_s"), int | float)}
+    return " / ".join(f"{v:g} s" for v in sorted(values)) or "unknown duration"
+
+
+def write_report(run_dirs: list[Path], out: Path) -> Path:
+    """Read the run directories and write one HTML file; returns its path."""
+    text = render(load_runs(list(run_dirs)))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return out

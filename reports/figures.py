@@ -1,0 +1,145 @@
+"""Figure plumbing: matplotlib to inline SVG, one colour per arm, and size-bounded downsampling.
+
+Text stays <text> in the SVG (svg.fonttype none) so plots are small and searchable and the
+browser draws them with its own sans-serif font: no font is embedded or fetched.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+STYLE = {
+    "svg.fonttype": "none", "font.family": "sans-serif", "font.size": 9, "axes.titlesize": 10,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+    "legend.fontsize": 8, "legend.frameon": False, "figure.dpi": 96,
+}
+# Colour-blind-safe palette (Okabe-Ito), then tab10 for runs with many arms.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+           *matplotlib.colormaps["tab10"].colors]
+MAX_SERIES_POINTS = 240  # points per time-series line: enough for a 1000-px-wide plot
+MAX_CDF_BODY_POINTS = 400  # evenly spaced ranks below the tail; the tail is kept whole
+MAX_SCATTER_POINTS = 1500  # per arm; the slowest 1% of requests are always kept
+
+
+def color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def style():
+    """Context in which all report figures are built and saved."""
+    return plt.rc_context(STYLE)
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, width: float = 7.5, height: float = 3.2, **kw):
+    return plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, **kw)
+
+
+def mpl_label(text: str) -> str:
+    """Text from a config or trace, safe for matplotlib: a "$" prints as a dollar instead of
+    starting mathtext, and a leading "_" (which hides a legend entry) is kept visible."""
+    text = text.replace("$", r"\$")
+    return "\u200b" + text if text.startswith("_") else text
+
+
+def log_axis(ax, which: str) -> None:
+    """Log scale with plain tick labels (100, 200, 500, 1,000 ms), readable in any range."""
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def _check_labels(fig) -> None:
+    """Every plot states what it shows: a title and axis labels (with units, by convention)."""
+    shared_x = bool(fig.get_supxlabel()) if hasattr(fig, "get_supxlabel") else False
+    shared_y = bool(fig.get_supylabel()) if hasattr(fig, "get_supylabel") else False
+    titled = bool(fig._suptitle and fig._suptitle.get_text())
+    for ax in fig.axes:
+        if not ax.get_visible() or not ax.has_data():
+            continue
+        assert titled or ax.get_title(), "plot without a title"
+        assert shared_x or ax.get_xlabel(), f"plot {ax.get_title()!r} without an x label"
+        assert shared_y or ax.get_ylabel(), f"plot {ax.get_title()!r} without a y label"
+
+
+def svg(fig, key: str) -> str:
+    """The figure as an inline <svg> element; `key` salts its element ids so figures never clash."""
+    _check_labels(fig)
+    buf = io.StringIO()
+    with plt.rc_context({"svg.hashsalt": key}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def figure_html(fig, key: str, title: str, caption: str) -> str:
+    """<figure> with the inline SVG and a one-sentence caption saying what to look at."""
+    return (f'<figure id="fig-{html.escape(key)}" data-title="{html.escape(title)}">{svg(fig, key)}'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def legend_outside(ax, ncol: int | None = None) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), ncol=ncol or 1)
+
+
+# -- downsampling --------------------------------------------------------------------------------
+def bucket_index(times: np.ndarray, max_points: int = MAX_SERIES_POINTS) -> np.ndarray:
+    """Bucket id per sample so a series keeps at most `max_points` buckets over its time range."""
+    unique = np.unique(times)
+    if unique.size <= max_points:
+        return np.searchsorted(unique, times)
+    edges = np.linspace(unique[0], unique[-1], max_points + 1)
+    return np.clip(np.searchsorted(edges, times, side="right") - 1, 0, max_points - 1)
+
+
+def downsample_mean(frame: pd.DataFrame, value_cols: list[str], max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
+    """Mean per time bucket (queues, load): the level, not single spikes."""
+    b = bucket_index(frame.time_s.to_numpy(), max_points)
+    return frame.assign(_b=b).groupby("_b")[["time_s", *value_cols]].mean().reset_index(drop=True)
+
+
+def downsample_peak(frame: pd.DataFrame, by: str, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
+    """Per time bucket the one sample where `by` peaks (memory): peaks survive, stacks stay consistent."""
+    b = bucket_index(frame.time_s.to_numpy(), max_points)
+    idx = frame.assign(_b=b).groupby("_b")[by].idxmax()
+    return frame.loc[idx.to_numpy()].reset_index(drop=True)
+
+
+def cdf_points(values: np.ndarray, tail_share: float = 0.01, min_tail: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted values, cumulative share) thinned in the body; every point of the tail is kept."""
+    x = np.sort(values[np.isfinite(values)])
+    n = x.size
+    if n == 0:
+        return x, x
+    y = np.arange(1, n + 1) / n
+    tail_start = max(0, min(n - min_tail, int(n * (1 - tail_share))))
+    if tail_start <= MAX_CDF_BODY_POINTS:
+        return x, y
+    body = np.unique(np.linspace(0, tail_start - 1, MAX_CDF_BODY_POINTS).astype(int))
+    keep = np.concatenate([body, np.arange(tail_start, n)])
+    return x[keep], y[keep]
+
+
+def scatter_keep(values: np.ndarray, max_points: int = MAX_SCATTER_POINTS) -> np.ndarray:
+    """Indices to draw: all points at or above the 99th percentile, an even stride of the rest."""
+    n = values.size
+    if n <= max_points:
+        return np.arange(n)
+    cut = np.percentile(values, 99)
+    tail = np.flatnonzero(values >= cut)
+    rest = np.flatnonzero(values < cut)
+    stride = max(1, -(-rest.size // max(1, max_points - tail.size)))
+    return np.sort(np.concatenate([rest[::stride], tail]))
