@@ -67,6 +67,10 @@ class NodeConfig(Strict):
     kv_memory_fraction: float = Field(default=0.9, gt=0, le=1)
     max_num_batched_tokens: int = Field(default=8192, gt=0)
     max_num_seqs: int = Field(default=256, gt=0)
+    # Admit a waiting request only while this share of the KV pool stays free (free + evictable)
+    # after its first chunk: headroom for the running requests' decode growth (vLLM v0's
+    # watermark was 0.01). 0 disables the guard (vLLM v1 behaviour: admit, preempt later).
+    admission_watermark: float = Field(default=0.01, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _tp_fits(self) -> NodeConfig:

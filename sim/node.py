@@ -35,6 +35,7 @@ class Node:
         self.num_steps = 0
         self.busy_s = 0.0
         self._wakeup = env.event()
+        self._headroom_tokens = int(cfg.admission_watermark * kv.capacity_tokens())
         self.process = env.process(self.serve())
 
     # -- what the router sees ----------------------------------------------------------------
@@ -101,7 +102,7 @@ class Node:
             if not self.kv.admit(seq, now):
                 break
             n = min(seq.prefill_target - seq.num_computed, budget)
-            if not self.kv.grow(seq, n, now):
+            if not self.kv.grow(seq, n, now) or self.kv.free_tokens() < self._headroom_tokens:
                 self.kv.free(seq)
                 break
             self.waiting.popleft()

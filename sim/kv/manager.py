@@ -74,6 +74,9 @@ class PagedKV:
     def free_tokens(self) -> int:
         return self.cache.available_pages() * self.page_size
 
+    def capacity_tokens(self) -> int:
+        return self.cache.pool.num_pages * self.page_size
+
     def usage(self) -> KVUsage:
         pool, pb = self.cache.pool, self.cache.pool.page_bytes
         allocated = pool.num_used * pb
@@ -123,6 +126,9 @@ class ContiguousKV:
 
     def free_tokens(self) -> int:
         return (self.alloc.capacity_bytes - self.alloc.used_bytes) // self.token_bytes
+
+    def capacity_tokens(self) -> int:
+        return self.alloc.capacity_bytes // self.token_bytes
 
     def usage(self) -> KVUsage:
         a = self.alloc
