@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("kvsched calibrate needs a CUDA GPU.")
         return 2
-    from kernels.bench import copy_ceiling_tbps, environment
+    from kernels.bench import GRAPH_FALLBACKS, copy_ceiling_tbps, environment
 
     cfg = json.loads(args.kernel_config)
     env = environment()
@@ -383,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         **env,
         "copy_tbps": copy_ceiling_tbps(),
         "kernel_config": cfg,
-        "method": "triton.testing.do_bench median, L2 flushed; per layer, per GPU shard",
+        "method": "CUDA graph replay timed with events, median, L2 flushed before each; "
+        "per layer, per GPU shard",
     }
     fid_path = args.fidelity_out or args.out.with_name(args.out.stem + "_fidelity.json")
     old = json.loads(args.out.read_text()) if args.out.is_file() else None
@@ -397,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             fidelity[f"{name}:tp{tp}"] = records
         # Write after every target: a run cut short keeps what it measured.
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        meta["graph_fallbacks"] = list(GRAPH_FALLBACKS)
         args.out.write_text(json.dumps(merge_tables(old, tables, meta), indent=1) + "\n")
         if fidelity:
             runs = {**old_fid.get("runs", {}), **fidelity}

@@ -49,7 +49,7 @@ _LOG2E = 1.4426950408889634
 # Split policy defaults, tuned on the H200 (kernels/README.md): aim for this many programs per SM
 # so the tail of a ragged batch is short, but never cut a split below MIN_SPLIT_TOKENS tokens
 # (each split costs a partial write of group x head_dim floats and a share of the combine pass).
-DEFAULT_PROGRAMS_PER_SM = 8
+DEFAULT_PROGRAMS_PER_SM = 16
 MIN_SPLIT_TOKENS = 256
 MAX_SPLITS = 256
 
@@ -303,8 +303,8 @@ def paged_decode_attention(
     max_seq_len: int | None = None,
     total_tokens: int | None = None,
     check_bounds: bool = True,
-    block_n: int = 64,
-    num_warps: int = 4,
+    block_n: int = 128,
+    num_warps: int = 8,
     num_stages: int = 2,
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
 ) -> torch.Tensor:
