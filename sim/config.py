@@ -7,8 +7,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from sim.network import KERNEL_COPY_BYTES_PER_S, KERNEL_MESSAGE_S, LINK_PRESETS, RDMA_POST_S
+from sim.page_index_codec import single_page_entry_bytes
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
 
 
@@ -122,6 +132,38 @@ class WorkloadConfig(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class LinkConfig(Strict):
+    """One NIC (or NVLink port) per lane; sim/network.py documents the presets' sources."""
+
+    name: str = "custom"
+    bandwidth_bytes_per_s: float = Field(gt=0)  # each direction
+    latency_s: float = Field(ge=0)  # one message, one way
+    max_message_bytes: int = Field(gt=0)  # one message: an index part or one batched read
+
+
+class NetworkConfig(Strict):
+    link: LinkConfig = Field(default="rdma-400g", validate_default=True)  # a preset name or fields
+    mode: Literal["naive", "batched_async", "rdma"] = "rdma"
+    nics_per_node: int | None = Field(default=None, gt=0)  # None: one per GPU (DGX-style)
+    kernel_message_s: float = Field(default=KERNEL_MESSAGE_S, ge=0)
+    kernel_copy_bytes_per_s: float = Field(default=KERNEL_COPY_BYTES_PER_S, gt=0)
+    rdma_post_s: float = Field(default=RDMA_POST_S, ge=0)
+
+    @field_validator("link", mode="before")
+    @classmethod
+    def _link_preset(cls, v: Any) -> Any:
+        return _preset(v, LINK_PRESETS, "link")
+
+
+class PlacementConfig(Strict):
+    """Where a request's KV pages may live (sim/placement.py): only on its node, or also on peers."""
+
+    policy: Literal["local_only", "spill", "shard"] = "local_only"
+    shard_nodes: int = Field(default=2, gt=0)  # shard: stripe over this many nodes (owner included)
+    stripe_pages: int = Field(default=64, gt=0)  # shard: consecutive pages per node per stripe
+    min_prompt_tokens: int = Field(default=0, ge=0)  # only prompts at least this long leave the node
+
+
 class ExperimentConfig(Strict):
     name: str = "seed"
     seed: int = 0
@@ -135,7 +177,30 @@ class ExperimentConfig(Strict):
     cluster: ClusterConfig = ClusterConfig()
     cache: CacheConfig = CacheConfig()
     policies: PoliciesConfig = PoliciesConfig()
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
     arms: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("network")
+    @classmethod
+    def _message_holds_one_entry(cls, v: NetworkConfig, info: ValidationInfo) -> NetworkConfig:
+        cluster = info.data.get("cluster")
+        need = single_page_entry_bytes(cluster.num_nodes - 1 if cluster else 0)
+        if v.link.max_message_bytes < need:
+            raise ValueError(f"link.max_message_bytes={v.link.max_message_bytes} cannot hold one page's "
+                             f"index entry ({need} bytes)")
+        return v
+
+    @field_validator("placement")
+    @classmethod
+    def _placement_fits(cls, v: PlacementConfig, info: ValidationInfo) -> PlacementConfig:
+        cluster, cache = info.data.get("cluster"), info.data.get("cache")
+        if cluster and v.policy == "shard" and v.shard_nodes > cluster.num_nodes:
+            raise ValueError(f"shard_nodes={v.shard_nodes} is larger than the cluster "
+                             f"(cluster.num_nodes={cluster.num_nodes})")
+        if cache and v.policy != "local_only" and cache.mechanism != "paged":
+            raise ValueError(f"policy={v.policy} needs cache.mechanism=paged")
+        return v
 
     @field_validator("model", mode="before")
     @classmethod
