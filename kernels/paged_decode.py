@@ -268,6 +268,7 @@ def choose_split(
     num_sms: int,
     block_n: int,
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
+    min_split_tokens: int = MIN_SPLIT_TOKENS,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
 
@@ -277,7 +278,7 @@ def choose_split(
     """
     target = max(1, programs_per_sm * num_sms)
     tokens = -(-total_tokens * programs_per_seq // target)
-    tokens = max(tokens, MIN_SPLIT_TOKENS, -(-max_seq_len // MAX_SPLITS))
+    tokens = max(tokens, min_split_tokens, -(-max_seq_len // MAX_SPLITS))
     tokens = -(-tokens // block_n) * block_n
     if tokens >= max_seq_len:
         return 1, max(max_seq_len, 1)
@@ -307,6 +308,7 @@ def paged_decode_attention(
     num_warps: int = 8,
     num_stages: int = 2,
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
+    min_split_tokens: int = MIN_SPLIT_TOKENS,
 ) -> torch.Tensor:
     """Decode attention of one new token per sequence against its paged KV cache.
 
@@ -418,6 +420,7 @@ def paged_decode_attention(
             _num_sms(q.device),
             block_n,
             programs_per_sm,
+            min_split_tokens,
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")
