@@ -1,0 +1,1 @@
+"""Benchmark scripts: `python -m benchmarks.<name>`; they print what they measure."""
