@@ -36,6 +36,7 @@ class Node:
         self.busy_s = 0.0
         self._wakeup = env.event()
         self._headroom_tokens = int(cfg.admission_watermark * kv.capacity_tokens())
+        self.remote: Callable[[list, float], float] | None = None  # sim/placement.py: remote KV fetch
         self.process = env.process(self.serve())
 
     # -- what the router sees ----------------------------------------------------------------
@@ -46,6 +47,11 @@ class Node:
     def submit(self, seq: Sequence) -> None:
         seq.node = self.node_id
         self.waiting.append(seq)
+        if not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def wake(self) -> None:
+        """Memory this node hosts was freed from outside its loop: retry the waiting head."""
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -64,6 +70,8 @@ class Node:
                 continue
             plan = self._plan(batch)
             step_s = self.latency.step_time_s(plan)
+            if self.remote is not None:  # pages on other nodes arrive before the step reads them
+                step_s += self.remote(batch, self.env.now)
             yield self.env.timeout(step_s)
             self.busy_s += step_s
             self.num_steps += 1

@@ -1,0 +1,260 @@
+"""KV placement across nodes: which node holds each page of a request.
+
+  local_only  every page on the request's node (today's behaviour; no Placement object exists).
+  spill       pages stay local while the node keeps its admission headroom; the overflow goes to
+              the peer with the most available pages (free + evictable), then the next one.
+  shard       a long context is striped over k nodes: stripes of `stripe_pages` consecutive pages
+              rotate over the owner and the k-1 peers with the most available pages.
+Only prompts of at least `min_prompt_tokens` leave their node; the others behave as local_only.
+
+Remote pages are fetched before the step that reads them (we do not compute attention remotely
+and merge partial results): every step of a request reads its whole context, so the remote part
+crosses the network every step, and KV computed into remote pages is written back. The step
+waits for that transfer (priced by sim/network.py), which is what makes the transfer mode matter.
+Pages a node hosts for a peer's request stay pinned (USED) until the owner frees them.
+
+A sequence that ever places a page away from its node gets a Record: its leading local pages stay
+in `seq.pages` (the prefix index sees only those); every later logical page is (node, page id) in
+the record, local ones included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.kv.manager import KVUsage, PagedKV
+from sim.network import Flow, Network
+from sim.sequence import Sequence
+
+if TYPE_CHECKING:
+    from sim.config import ExperimentConfig
+    from sim.node import Node
+
+
+@dataclass(slots=True)
+class Record:
+    owner: int
+    lead: int  # logical pages held in seq.pages
+    nodes: list[int] = field(default_factory=list)  # node of logical page lead + i
+    pages: list[int] = field(default_factory=list)  # page id on that node
+    members: tuple[int, ...] = ()  # shard: nodes the stripes rotate over, owner first
+    arrays: tuple[np.ndarray, np.ndarray] | None = None  # cached np views of nodes/pages
+    went_remote: bool = False
+
+    def as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.arrays is None or self.arrays[0].shape[0] != len(self.nodes):
+            self.arrays = (np.array(self.nodes, dtype=np.int64), np.array(self.pages, dtype=np.int64))
+        return self.arrays
+
+
+class Placement:
+    def __init__(self, cfg: ExperimentConfig, nodes: list[Node]):
+        self.cfg = cfg.placement
+        self.nodes = nodes
+        self.kvs: list[PagedKV] = [n.kv for n in nodes]
+        self.page_size = cfg.cache.page_size
+        self.capacity_bytes = cfg.kv_capacity_bytes
+        self.token_bytes = cfg.model.kv_bytes_per_token
+        # Keep the node's admission headroom (sim/node.py's watermark) out of reach of placement.
+        self.reserve_pages = -(-int(cfg.node.admission_watermark * self.kvs[0].capacity_tokens()) // self.page_size)
+        lanes = min(cfg.node.tp, cfg.network.nics_per_node or cfg.node.num_gpus)
+        self.network = Network(cfg.network, len(nodes), lanes, self.page_size, self.token_bytes,
+                               cfg.model.num_layers)
+        self.records: dict[Sequence, Record] = {}
+        self.out_pages = [0] * len(nodes)  # pages of this node's requests held by peers
+        self.hosted_pages = [0] * len(nodes)  # pages this node holds for peers' requests
+        self.remote_requests = 0
+        self.remote_pages_peak = 0
+
+    # -- decisions -----------------------------------------------------------------------------
+    def eligible(self, seq: Sequence) -> bool:
+        return seq.prompt_tokens >= self.cfg.min_prompt_tokens
+
+    def room(self, node: int) -> int:
+        """Pages placement may take on a node: available minus the admission headroom."""
+        return max(0, self.kvs[node].cache.available_pages() - self.reserve_pages)
+
+    def _by_room(self, exclude: int) -> list[int]:
+        """Peers, most available pages first (ties: lower id)."""
+        return sorted((p for p in range(len(self.nodes)) if p != exclude), key=lambda p: (-self.room(p), p))
+
+    def targets(self, rec: Record, first: int, need: int) -> list[int] | None:
+        """Node of each logical page first .. first+need-1, or None if they do not fit."""
+        if self.cfg.policy == "shard":
+            k, stripe = len(rec.members), self.cfg.stripe_pages
+            out = [rec.members[(j // stripe) % k] for j in range(first, first + need)]
+            counts = np.bincount(out, minlength=len(self.nodes))
+            return out if all(counts[n] <= self.room(n) for n in set(out)) else None
+        local = min(need, self.room(rec.owner))
+        out = [rec.owner] * local
+        for peer in self._by_room(rec.owner):
+            if len(out) == need:
+                break
+            out += [peer] * min(need - len(out), self.room(peer))
+        return out if len(out) == need else None
+
+    def _new_record(self, owner: int, seq: Sequence) -> Record:
+        members = (owner, *self._by_room(owner)[: self.cfg.shard_nodes - 1]) if self.cfg.policy == "shard" else ()
+        return Record(owner=owner, lead=len(seq.pages), members=members)
+
+    # -- mechanism -----------------------------------------------------------------------------
+    def grow(self, owner: int, seq: Sequence, num_tokens: int, now: float) -> bool:
+        rec = self.records.get(seq)
+        need_total = -(-(seq.num_computed + num_tokens) // self.page_size)
+        if rec is None:
+            need = need_total - len(seq.pages)
+            fits_locally = self.cfg.policy == "spill" and need <= self.room(owner)
+            if not self.eligible(seq) or fits_locally:
+                return self.kvs[owner].grow(seq, num_tokens, now)
+            rec = self._new_record(owner, seq)
+        first = rec.lead + len(rec.nodes)
+        need = need_total - first
+        if need <= 0:
+            return True
+        nodes = self.targets(rec, first, need)
+        if nodes is None:
+            return False
+        self._allocate(rec, seq, nodes, now)
+        return True
+
+    def _allocate(self, rec: Record, seq: Sequence, nodes: list[int], now: float) -> None:
+        counts = np.bincount(nodes, minlength=len(self.nodes))
+        new_pages = {n: iter(self.kvs[n].cache.allocate(int(c), now)) for n, c in enumerate(counts) if c}
+        for n in nodes:
+            rec.nodes.append(n)
+            rec.pages.append(next(new_pages[n]))
+        remote = len(nodes) - int(counts[rec.owner])
+        self.out_pages[rec.owner] += remote
+        for n, c in enumerate(counts.tolist()):
+            if n != rec.owner:
+                self.hosted_pages[n] += c
+        if remote and not rec.went_remote:
+            rec.went_remote = True
+            self.remote_requests += 1
+        self.records[seq] = rec
+        self.remote_pages_peak = max(self.remote_pages_peak, sum(self.out_pages))
+
+    def free(self, owner: int, seq: Sequence) -> None:
+        rec = self.records.pop(seq, None)
+        self.kvs[owner].free(seq)
+        if rec is None:
+            return
+        nodes, pages = rec.as_arrays()
+        for n in np.unique(nodes).tolist():
+            self.kvs[n].cache.release(pages[nodes == n][::-1].tolist())
+            if n != owner:
+                moved = int((nodes == n).sum())
+                self.out_pages[owner] -= moved
+                self.hosted_pages[n] -= moved
+        for node in self.nodes:  # memory moved: a peer asleep on a full pool may fit now
+            if node.node_id != owner:
+                node.wake()
+
+    def on_computed(self, owner: int, seq: Sequence, num_tokens: int, now: float) -> None:
+        if seq not in self.records:
+            self.kvs[owner].on_computed(seq, num_tokens, now)
+            return
+        # The prefix index addresses seq.pages by position: let it see only the leading local run.
+        computed = seq.num_computed
+        seq.num_computed = min(computed, len(seq.pages) * self.page_size)
+        try:
+            self.kvs[owner].on_computed(seq, num_tokens, now)
+        finally:
+            seq.num_computed = computed
+
+    # -- the network -----------------------------------------------------------------------------
+    def step_transfer_s(self, owner: int, batch: list, now: float) -> float:
+        """Seconds the step waits for its remote pages: read the context, write the new KV."""
+        reads: dict[int, list[Flow]] = {}
+        writes: dict[int, list[Flow]] = {}
+        ps = self.page_size
+        for entry in batch:
+            seq, n = entry[0], entry[1]
+            rec = self.records.get(seq)
+            if rec is None or not rec.went_remote:
+                continue
+            nodes, pages = rec.as_arrays()
+            ctx = seq.num_computed  # tokens already in KV: this step reads them all
+            pos = rec.lead + np.arange(nodes.shape[0])
+            read_tokens = np.clip(ctx - pos * ps, 0, ps)
+            write_tokens = np.clip(np.minimum((pos + 1) * ps, ctx + n) - np.maximum(pos * ps, ctx), 0, ps)
+            for flows, tokens in ((reads, read_tokens), (writes, write_tokens)):
+                mask = (tokens > 0) & (nodes != owner)
+                for peer in np.unique(nodes[mask]).tolist():
+                    sel = mask & (nodes == peer)
+                    flows.setdefault(peer, []).append((pages[sel], int(tokens[sel].sum())))
+        if not reads and not writes:
+            return 0.0
+        return self.network.transfer(owner, _merge(reads), _merge(writes), now)
+
+    # -- what the cluster and the metrics ask ------------------------------------------------
+    def can_ever_fit(self, seq: Sequence) -> bool:
+        pages = -(-(seq.prompt_tokens + seq.req.output_tokens) // self.page_size)
+        per_node = self.kvs[0].cache.pool.num_pages - self.reserve_pages
+        if not self.eligible(seq):
+            return (seq.prompt_tokens + seq.req.output_tokens) * self.token_bytes <= self.capacity_bytes
+        if self.cfg.policy == "spill":
+            return pages <= per_node * len(self.nodes)
+        k, stripe = self.cfg.shard_nodes, self.cfg.stripe_pages
+        return int(np.bincount((np.arange(pages) // stripe) % k, minlength=k).max()) <= per_node
+
+    def usage(self, node: int) -> KVUsage:
+        """The node's usage with pages counted where they live: hosted pages are live here."""
+        u = self.kvs[node].usage()
+        local_tokens = self.kvs[node].live_tokens + (self.hosted_pages[node] - self.out_pages[node]) * self.page_size
+        live = min(u.allocated_bytes, max(0, local_tokens) * self.token_bytes)
+        return replace(u, live_bytes=live, fragmentation_bytes=max(0, u.allocated_bytes - live))
+
+    def summary(self, duration_s: float) -> dict:
+        t = self.network.totals
+        util = self.network.utilization(duration_s)
+        return {
+            "network_bytes": t.read_bytes + t.write_bytes, "network_read_bytes": t.read_bytes,
+            "network_write_bytes": t.write_bytes, "network_messages": t.messages,
+            "network_index_bytes": t.index_bytes, "network_transfers": t.num_transfers,
+            "network_transfer_s": t.transfer_s, "network_wire_s": t.wire_s,
+            "network_message_s": t.message_s, "network_byte_s": t.byte_s,
+            "network_handshake_s": t.handshake_s, "network_wait_s": t.wait_s,
+            "link_utilization_mean": float(util.mean()), "link_utilization_max": float(util.max()),
+            "remote_requests": self.remote_requests, "remote_pages_peak": self.remote_pages_peak,
+        }
+
+
+def _merge(flows: dict[int, list[Flow]]) -> dict[int, Flow]:
+    return {p: (np.concatenate([f[0] for f in fs]), sum(f[1] for f in fs)) for p, fs in sorted(flows.items())}
+
+
+class PlacedKV:
+    """A node's KV manager whose requests may hold pages on peers; the rest is its PagedKV's."""
+
+    def __init__(self, inner: PagedKV, node_id: int, placement: Placement):
+        self.inner, self.node_id, self.placement = inner, node_id, placement
+
+    def __getattr__(self, name: str):  # everything placement does not change: the inner manager
+        return getattr(self.inner, name)
+
+    def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
+        return self.placement.grow(self.node_id, seq, num_tokens, now)
+
+    def on_computed(self, seq: Sequence, num_tokens: int, now: float) -> None:
+        self.placement.on_computed(self.node_id, seq, num_tokens, now)
+
+    def free(self, seq: Sequence) -> None:
+        self.placement.free(self.node_id, seq)
+
+    def usage(self) -> KVUsage:
+        return self.placement.usage(self.node_id)
+
+
+def make_placement(cfg: ExperimentConfig, nodes: list[Node]) -> Placement | None:
+    """Wire placement into the nodes (their KV managers and step times); None for local_only."""
+    if cfg.placement.policy == "local_only":
+        return None
+    placement = Placement(cfg, nodes)
+    for node in nodes:
+        node.kv = PlacedKV(node.kv, node.node_id, placement)
+        node.remote = lambda batch, now, owner=node.node_id: placement.step_transfer_s(owner, batch, now)
+    return placement
