@@ -51,8 +51,10 @@ class Node:
             self._wakeup.succeed()
 
     def wake(self) -> None:
-        """Memory this node hosts was freed from outside its loop: retry the waiting head."""
+        """Pages this node hosts were freed from outside its loop (sim/placement.py): if asleep,
+        no step is in flight, so retired pages are reusable at once; then retry the waiting head."""
         if not self._wakeup.triggered:
+            self.kv.end_step()
             self._wakeup.succeed()
 
     # -- the serve loop ------------------------------------------------------------------------
