@@ -14,6 +14,7 @@ from workloads.generators import (
     make_no_sharing,
     make_shared_prefix_groups,
 )
+from workloads.long_context import LongContextParams, make_long_context
 from workloads.multi_turn import MultiTurnParams, make_multi_turn
 from workloads.request import Workload
 from workloads.seed import SeedParams, make_seed
@@ -25,6 +26,7 @@ WORKLOADS: dict[str, tuple[type[BaseModel], Callable[..., Workload]]] = {
     "shared_prefix_groups": (SharedPrefixGroupsParams, make_shared_prefix_groups),
     "multi_turn": (MultiTurnParams, make_multi_turn),
     "no_sharing": (NoSharingParams, make_no_sharing),
+    "long_context": (LongContextParams, make_long_context),
 }
 
 
