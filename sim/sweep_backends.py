@@ -27,11 +27,11 @@ StopFn = Callable[[], bool]
 
 def run_point(task: dict) -> dict:
     """Simulate one point (in a worker). Never raises: a failure is a record carrying its error."""
-    from sim.experiment import run_arm
-
     started = time.perf_counter()
     record = {k: task[k] for k in ("point_id", "index", "arm", "values")}
     try:
+        from sim.experiment import run_arm  # inside: a node missing the code records why
+
         cfg = parse_config(task["config"], source="point")
         _, metrics, _, _ = run_arm(cfg, task["arm"], show_progress=False)
         record.update(status="ok", metrics=metrics, error=None)

@@ -59,7 +59,7 @@ class SweepStore:
         return record is not None and record["status"] == OK
 
     def append(self, record: dict) -> None:
-        line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        line = (json.dumps(record, default=str) + "\n").encode()  # key order = column order
         fd = os.open(self.dir / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)  # one write of one line: a record is in the journal whole or not at all
