@@ -87,8 +87,8 @@ def best_value(key: str, values: list) -> float | None:
     """The best of the arms' values, or None when the metric has no direction or all tie."""
     nums = [v for v in (number(x) for x in values) if v is not None]
     m = metric(key)
-    if not m.better or len(set(nums)) < 2:
-        return None
+    if not m.better or len({m.fmt.format(v * m.scale) for v in nums}) < 2:
+        return None  # no direction, or every arm shows the same value
     return max(nums) if m.better > 0 else min(nums)
 
 

@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 
 from reports import plots_cluster, plots_latency, studies, tables
+from reports.catalog import number
 from reports.figures import style
 from reports.rundata import Arm, Run, all_arms, load_runs
 
@@ -20,7 +21,7 @@ CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#222;
  max-width:1180px;margin:0 auto;padding:0 20px 40px}
 h1{font-size:22px;margin:22px 0 4px}h2{font-size:18px;margin:30px 0 6px;border-bottom:2px solid #0072B2}
-p.lede{color:#555;margin:0 0 10px}nav a{margin-right:12px;white-space:nowrap}
+p.lede{color:#555;margin:0 0 10px}nav{display:flex;flex-wrap:wrap;gap:4px 14px}nav a{white-space:nowrap}
 .scroll{overflow-x:auto}table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:8px 0}
 th,td{padding:4px 9px;border-bottom:1px solid #e3e3e3;text-align:right;vertical-align:top}
 th{background:#f4f6f8;font-weight:600;font-size:12px}td:first-child,th:first-child{text-align:left}
@@ -61,8 +62,7 @@ def _body_sections(arms: list[Arm]) -> list[tuple[str, str, str]]:
               _or_note(plots_cluster.node_load_figure(arms), "No per-node load samples (load) in timeseries.csv."),
               plots_cluster.requests_per_node_figure(arms) or ""]
     sections = [
-        ("headline", "Headline", "<p>&#9733; marks the best arm per column; the grey &times; under a value "
-         "is its ratio to the first arm.</p>" + tables.headline_table(arms) + all_metrics),
+        ("headline", "Headline", _headline_note(arms) + tables.headline_table(arms) + all_metrics),
         ("gain", "Gain decomposition", plots_latency.gain_figure(arms) + tables.gain_steps_table(arms)),
         ("latency", "Latency", "".join(latency)),
         ("memory", "KV memory", _memory_body(arms)),
@@ -72,6 +72,13 @@ def _body_sections(arms: list[Arm]) -> list[tuple[str, str, str]]:
     ]
     other = studies.other_series_section(arms)
     return [*sections, *([other] if other else [])]
+
+
+def _headline_note(arms: list[Arm]) -> str:
+    note = "&#9733; marks the best arm per column; the grey &times; under a value is its ratio to the first arm."
+    if any((number(a.metrics.get("wrong_reuse_tokens")) or 0) > 0 for a in arms):
+        note += " &#9888; marks a hit rate that includes KV reused from a different prefix (wrong answers)."
+    return f"<p>{note}</p>"
 
 
 def _provenance(run: Run) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from reports.figures import (
+    MAX_PANEL_POINTS,
     color,
     downsample_mean,
     downsample_peak,
@@ -55,7 +56,7 @@ def kv_memory_figure(arm: Arm, key: str) -> str | None:
     held = [c for c in ("kv_allocated_bytes", "kv_cached_bytes", "kv_retired_bytes") if c in s.columns]
     for ax, node in zip(axes.flat, nodes, strict=False):
         f = s[s.node == node]
-        f = downsample_peak(f.assign(_held=f[held].sum(axis=1)), "_held")
+        f = downsample_peak(f.assign(_held=f[held].sum(axis=1)), "_held", MAX_PANEL_POINTS)
         layers = [(label, _layer(f, spec), c) for label, spec, c in KV_LAYERS]
         layers = [x for x in layers if x[1] is not None]
         if not _has(f, "kv_live_bytes"):
@@ -75,7 +76,6 @@ def kv_memory_figure(arm: Arm, key: str) -> str | None:
     fig.suptitle(mpl_label(f"KV memory over time per node: {arm.label}"))
     fig.supxlabel("simulated time (s)")
     fig.supylabel("KV memory (GB)")
-    fig.tight_layout()
     caption = ("Dark blue is memory holding real tokens, light blue is held but idle, green is reusable "
                "cache; a stack touching the dash-dotted physical limit means the next allocation must "
                "evict, preempt or fail (each point is the peak sample of its time bucket).")
@@ -95,7 +95,6 @@ def queue_figure(arms: list[Arm]) -> str | None:
                 ax.plot(d.time_s, d[col], color=color(i), lw=1.2, label=mpl_label(arm.label))
         ax.set(title=f"Requests {what}, all nodes", xlabel="simulated time (s)", ylabel="requests (count)")
     legend_outside(axes[0, 1])
-    fig.tight_layout()
     caption = ("A queue that keeps growing means the arm serves slower than clients send; it is where "
                "TTFT goes (mean per time bucket, summed over nodes).")
     return figure_html(fig, "queue", "Queue length over time", caption)
@@ -140,7 +139,7 @@ def node_load_figure(arms: list[Arm]) -> str | None:
     fig, axes = new_figure(nrows, ncols, width=3.3 * ncols + 1.4, height=2.3 * nrows + 0.6, sharex=True, sharey=True)
     for ax, arm in zip(axes.flat, usable, strict=False):
         for node, f in arm.series.groupby("node"):
-            d = downsample_mean(f, ["load"])
+            d = downsample_mean(f, ["load"], MAX_PANEL_POINTS)
             ax.plot(d.time_s, d.load * 100, lw=0.9, color=color(int(node)), label=f"node {node}")
         ax.set_title(mpl_label(arm.label), fontsize=8)
     for ax in list(axes.flat)[len(usable):]:
@@ -149,7 +148,6 @@ def node_load_figure(arms: list[Arm]) -> str | None:
     fig.suptitle("Per-node load over time")
     fig.supxlabel("simulated time (s)")
     fig.supylabel("node load (% of KV capacity demanded)")
-    fig.tight_layout()
     caption = ("One line per node: lines that stay apart mean the router keeps some nodes hot and others "
                "idle; load = KV held plus queued prompt tokens over capacity (mean per time bucket).")
     return figure_html(fig, "node-load", "Per-node load over time", caption)

@@ -102,12 +102,11 @@ def gain_figure(arms: list[Arm]) -> str:
     labels = [a.label for a in arms]
     fig, axes = new_figure(1, 3, width=10.5, height=3.4)
     panels = [("output_throughput", "Output throughput", "output throughput (tok/s)", +1, 1.0),
-              ("p99_ttft_ms", "P99 TTFT", "P99 time to first token (s)", -1, 1e-3),
+              ("p99_ttft_ms", "P99 TTFT", "P99 time to first token (ms)", -1, 1.0),
               ("prefix_hit_rate", "Prefix hit rate", "prompt tokens served from cache (%)", +1, 100.0)]
     for ax, (key, title, ylabel, better, scale) in zip(axes[0], panels, strict=True):
         _step_bars(ax, labels, [number(a.metrics.get(key)) for a in arms], better, scale)
         ax.set(title=f"{title}: step per arm", ylabel=ylabel, xlabel="arm (in run order)")
-    fig.tight_layout()
     caption = ("Each arm is drawn as the step from the arm before it (green = better, red = worse), so "
                "the bars read as what each added mechanism bought; grey is the first arm.")
     return figure_html(fig, "gain", "Gain decomposition", caption)

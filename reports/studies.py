@@ -79,22 +79,21 @@ def _present_columns(arms: list[Arm], cols, frame: str) -> list[str]:
 
 
 def _bars(arms: list[Arm], keys: list[str], title: str, fig_key: str) -> str:
-    fig, axes = new_figure(1, len(keys), width=min(11, 3.2 * len(keys) + 1), height=3.0)
+    fig, axes = new_figure(1, len(keys), width=min(11, max(6.0, 3.2 * len(keys) + 1)), height=3.0)
     for ax, key in zip(axes[0], keys, strict=True):
         m = metric(key)
         vals = [(number(a.metrics.get(key)) or 0.0) * m.scale for a in arms]
         ax.bar(range(len(arms)), vals, color=[color(i) for i in range(len(arms))])
         for i, v in enumerate(vals):
-            ax.text(i, v, f"{v:,.4g}", ha="center", va="bottom", fontsize=7)
+            ax.text(i, v, f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(arms)), [mpl_label(a.label) for a in arms], rotation=20, ha="right")
         ax.set(title=m.label, xlabel="arm", ylabel=header(key) if m.unit else f"{m.label} (count)")
     fig.suptitle(title)
-    fig.tight_layout()
     return figure_html(fig, fig_key, title, "One bar per arm, from summary.json: the broken arm and its fix side by side.")
 
 
 def _cumulative(arms: list[Arm], cols: list[str], title: str, fig_key: str) -> str:
-    fig, axes = new_figure(1, len(cols), width=min(11, 3.6 * len(cols) + 1.5), height=3.0)
+    fig, axes = new_figure(1, len(cols), width=min(11, max(6.0, 3.6 * len(cols) + 1.5)), height=3.0)
     for ax, col in zip(axes[0], cols, strict=True):
         for i, a in enumerate(arms):
             r = a.requests
@@ -104,12 +103,11 @@ def _cumulative(arms: list[Arm], cols: list[str], title: str, fig_key: str) -> s
         ax.set(title=metric(col).label, xlabel="simulated time at request finish (s)", ylabel=f"cumulative {metric(col).label} (count)")
     legend_outside(axes[0, -1])
     fig.suptitle(title)
-    fig.tight_layout()
     return figure_html(fig, fig_key, title, "Cumulative count over the run: a line that keeps rising is a problem that keeps happening.")
 
 
 def series_figure(arms: list[Arm], cols: list[str], title: str, fig_key: str, caption: str) -> str:
-    fig, axes = new_figure(1, len(cols), width=min(11, 3.6 * len(cols) + 1.5), height=3.0)
+    fig, axes = new_figure(1, len(cols), width=min(11, max(6.0, 3.6 * len(cols) + 1.5)), height=3.0)
     for ax, col in zip(axes[0], cols, strict=True):
         bytes_col = col.endswith("_bytes")
         for i, a in enumerate(arms):
@@ -122,7 +120,6 @@ def series_figure(arms: list[Arm], cols: list[str], title: str, fig_key: str, ca
         ax.set(title=col.replace("_", " "), xlabel="simulated time (s)", ylabel=f"{col.removesuffix('_bytes').replace('_', ' ')}, all nodes ({unit})")
     legend_outside(axes[0, -1])
     fig.suptitle(title)
-    fig.tight_layout()
     return figure_html(fig, fig_key, title, caption)
 
 

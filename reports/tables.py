@@ -29,8 +29,10 @@ def headline_table(arms: list[Arm]) -> str:
         for k in keys:
             v = arm.metrics.get(k)
             cell = escape(fmt(k, v))
-            if best[k] is not None and number(v) == best[k]:
+            if best[k] is not None and number(v) is not None and fmt(k, v) == fmt(k, best[k]):
                 cell = f'<b class="best" title="best of the arms">{cell}&#9733;</b>'
+            if k == "prefix_hit_rate" and (number(arm.metrics.get("wrong_reuse_tokens")) or 0) > 0:
+                cell += '<span class="bad" title="includes KV reused from a different prefix">&#9888;</span>'
             r = ratio(v, first.get(k))
             if i and r is not None:
                 cell += f'<span class="ratio">&times;{r:.2f}</span>'

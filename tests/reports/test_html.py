@@ -1,0 +1,166 @@
+"""The HTML report, parsed: every section and plot present, inline SVG only, strings escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reports.html import write_report
+from sim.experiment import arm_dir_name
+from tests.reports.conftest import make_run
+
+
+class Page(HTMLParser):
+    """Tags, ids, figures (with caption text), attributes that could point outside the file."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+        self.ids: set[str] = set()
+        self.figures: dict[str, dict] = {}
+        self.refs: list[str] = []  # href / src / xlink:href values
+        self.text: list[str] = []
+        self._figure: str | None = None
+        self._in_caption = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        if "id" in a:
+            self.ids.add(a["id"])
+        self.refs += [v for k, v in attrs if k in ("href", "src", "xlink:href", "action", "srcset") and v]
+        if tag == "figure":
+            self._figure = a["id"]
+            self.figures[a["id"]] = {"title": a.get("data-title", ""), "svg": 0, "caption": ""}
+        elif tag == "svg" and self._figure:
+            self.figures[self._figure]["svg"] += 1
+        elif tag == "figcaption":
+            self._in_caption = True
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self._figure = None
+        elif tag == "figcaption":
+            self._in_caption = False
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._in_caption and self._figure:
+            self.figures[self._figure]["caption"] += data
+
+
+def parse(path: Path) -> tuple[str, Page]:
+    text = path.read_text(encoding="utf-8")
+    page = Page()
+    page.feed(text)
+    return text, page
+
+
+@pytest.fixture(scope="module")
+def report(tiny_run, tmp_path_factory) -> tuple[str, Page]:
+    return parse(write_report([tiny_run], tmp_path_factory.mktemp("rep") / "report.html"))
+
+
+SECTIONS = ["headline", "gain", "latency", "memory", "load", "hits", "study-false-hits", "study-eviction", "provenance"]
+FIGURES = ["fig-gain", "fig-cdf-ttft", "fig-cdf-e2e", "fig-ttft-vs-prompt", "fig-kv-0", "fig-kv-1", "fig-kv-2",
+           "fig-kv-3", "fig-queue", "fig-node-load", "fig-requests-per-node", "fig-hit-rate",
+           "fig-study-false-hits-bars", "fig-study-false-hits-cum", "fig-study-eviction-bars"]
+
+
+def test_every_section_and_plot_is_present(report):
+    _, page = report
+    assert set(SECTIONS) <= page.ids
+    assert set(FIGURES) <= set(page.figures)
+    for fid, fig in page.figures.items():
+        assert fig["svg"] == 1, fid  # one inline SVG per figure
+        assert fig["title"], fid
+        assert fig["caption"].strip().endswith((".", ")")), fid  # a sentence saying what to look at
+
+
+def test_self_contained_no_external_reference(report):
+    text, page = report
+    assert not {"script", "link", "img", "iframe", "object", "embed"} & set(page.tags)
+    assert all(ref.startswith("#") for ref in page.refs), [r for r in page.refs if not r.startswith("#")][:3]
+    assert all(u.startswith("url(#") for u in re.findall(r"url\([^)]*\)", text))
+    assert "@import" not in text and "@font-face" not in text
+    # The only URLs left are XML namespace names of the inline SVGs, which are never fetched.
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", text))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
+    assert "data:" not in text  # no embedded raster images either: plots are vector
+
+
+def test_plots_carry_axis_labels_with_units(report):
+    text, _ = report
+    for label in ["time to first token (ms, log scale)", "prompt length (tokens)", "KV memory (GB)",
+                  "simulated time (s)", "requests (count)", "prompt tokens from cache (%)"]:
+        assert label in text, label
+
+
+def test_headline_marks_best_and_ratios(tiny_run, report):
+    text, _ = report
+    summary = json.loads((tiny_run / "summary.json").read_text())["arms"]
+    best_hit = max(m["prefix_hit_rate"] for m in summary.values())
+    assert f"{100 * best_hit:.1f}&#9733;" in text
+    ratio = summary["engine"]["output_throughput"] / summary["openclaw"]["output_throughput"]
+    assert f"&times;{ratio:.2f}" in text
+
+
+def test_provenance_footer(tiny_run, report):
+    text, _ = report
+    footer = text[text.index('id="provenance"'):]
+    info = json.loads((tiny_run / "run_info.json").read_text())
+    for item in ["seed", "version", "latency model", "date", "wall time", info["date"], "roofline"]:
+        assert item in footer, item
+    assert "<details><summary>experiment config (config.json)</summary><pre>" in footer
+
+
+def test_script_names_render_as_text(tmp_path):
+    bad = "<script>alert(1)</script>"
+    run = make_run(tmp_path / "run", name=bad, arms={"openclaw": {}, bad: {}})
+    text, page = parse(write_report([run], tmp_path / "r.html"))
+    assert "script" not in page.tags
+    assert "<script" not in text.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert (run / arm_dir_name(bad)).is_dir()
+
+
+def test_missing_optional_columns_and_files_still_render(tiny_run, tmp_path):
+    run = tmp_path / "bare"
+    shutil.copytree(tiny_run, run)
+    (run / "run_info.json").unlink()
+    (run / "config.json").unlink()
+    for arm in ["openclaw", "paged+prefix", "engine", "hash-only"]:
+        d = run / arm_dir_name(arm)
+        pd.read_csv(d / "requests.csv")[["arrival_s", "first_token_s", "finish_s", "prompt_tokens", "status"]] \
+            .to_csv(d / "requests.csv", index=False)
+        pd.read_csv(d / "timeseries.csv")[["time_s", "node"]].to_csv(d / "timeseries.csv", index=False)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["arms"] = {a: {"output_throughput": m["output_throughput"]} for a, m in summary["arms"].items()}
+    (run / "summary.json").write_text(json.dumps(summary))
+    text, page = parse(write_report([run], tmp_path / "r.html"))
+    assert {"headline", "latency", "memory", "load", "hits"} <= page.ids
+    assert "study-false-hits" not in page.ids
+    assert "No arm recorded KV memory" in text
+
+
+def test_new_columns_get_their_sections(tiny_run, tmp_path):
+    run = tmp_path / "extra"
+    shutil.copytree(tiny_run, run)
+    d = run / arm_dir_name("engine")
+    series = pd.read_csv(d / "timeseries.csv")
+    series.assign(network_bytes=series.time_s * 1e6, widget_count=1.0).to_csv(d / "timeseries.csv", index=False)
+    _, page = parse(write_report([run], tmp_path / "r.html"))
+    assert {"study-network", "other-series"} <= page.ids
+    assert {"fig-study-network-series", "fig-other-series-0"} <= set(page.figures)
+
+
+def test_two_runs_in_one_report_label_arms_by_run(tiny_run, tmp_path):
+    text, page = parse(write_report([tiny_run, tiny_run], tmp_path / "r.html"))
+    assert "tiny/engine" in text and "tiny#2/engine" in text
+    assert len([f for f in page.figures if f.startswith("fig-kv-")]) == 8
