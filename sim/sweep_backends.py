@@ -36,11 +36,17 @@ def run_point(task: dict) -> dict:
         _, metrics, _, _ = run_arm(cfg, task["arm"], show_progress=False)
         record.update(status="ok", metrics=metrics, error=None)
     except Exception as err:  # a point's failure is data: record it and go on with the sweep
-        where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
-        at = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
+        at = _where(err)
         record.update(status="failed", metrics={}, error=f"{type(err).__name__}: {err}{at}".splitlines()[0])
     record["wall_s"] = round(time.perf_counter() - started, 3)
     return record
+
+
+def _where(err: BaseException) -> str:
+    """' (at file.py:LINE)' of the innermost frame outside installed packages (our code's line)."""
+    frames = traceback.extract_tb(err.__traceback__) if err.__traceback__ else []
+    ours = [f for f in frames if "site-packages" not in f.filename] or frames
+    return f" (at {ours[-1].filename.rsplit('/', 1)[-1]}:{ours[-1].lineno})" if ours else ""
 
 
 def failed_record(task: dict, error: str) -> dict:
