@@ -50,8 +50,16 @@ _LOG2E = 1.4426950408889634
 # so the tail of a ragged batch is short, but never cut a split below MIN_SPLIT_TOKENS tokens
 # (each split costs a partial write of group x head_dim floats and a share of the combine pass).
 DEFAULT_PROGRAMS_PER_SM = 16
-MIN_SPLIT_TOKENS = 256
+MIN_SPLIT_TOKENS = 512
 MAX_SPLITS = 256
+# Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
+DEFAULT_CONFIG = {
+    "block_n": 64,
+    "num_warps": 4,
+    "num_stages": 4,
+    "programs_per_sm": DEFAULT_PROGRAMS_PER_SM,
+    "min_split_tokens": MIN_SPLIT_TOKENS,
+}
 
 
 @triton.jit
@@ -304,9 +312,9 @@ def paged_decode_attention(
     max_seq_len: int | None = None,
     total_tokens: int | None = None,
     check_bounds: bool = True,
-    block_n: int = 128,
-    num_warps: int = 8,
-    num_stages: int = 2,
+    block_n: int = DEFAULT_CONFIG["block_n"],
+    num_warps: int = DEFAULT_CONFIG["num_warps"],
+    num_stages: int = DEFAULT_CONFIG["num_stages"],
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
     min_split_tokens: int = MIN_SPLIT_TOKENS,
 ) -> torch.Tensor:

@@ -161,11 +161,14 @@ def test_random_shapes(lens, page_size, group, num_kv_heads, grouped, num_splits
 
 
 def test_choose_split_policy():
-    # batch 1 x 32K at the article's shape: the one sequence is spread over every SM.
-    assert choose_split(32768, 32768, 8, 132, 64, programs_per_sm=8) == (128, 256)
+    # batch 1 x 32K at the article's shape: 64 splits of 512 tokens x 8 KV heads = 512 programs.
+    assert choose_split(32768, 32768, 8, 132, 64, programs_per_sm=8) == (64, 512)
     # batch 256 x 2K: 2048 programs already fill the GPU, no split, no second pass.
     assert choose_split(256 * 2048, 2048, 8, 132, 64, programs_per_sm=4) == (1, 2048)
     # 16 x 32K: work shared over ~528 programs -> ~8K-token splits.
     assert choose_split(16 * 32768, 32768, 8, 132, 64, programs_per_sm=4) == (5, 8000)
-    # Tiny batches never split below MIN_SPLIT_TOKENS.
-    assert choose_split(300, 300, 1, 132, 64) == (2, 256)
+    # Defaults: the seed mix's 32K requests are cut into ~2.8K-token splits.
+    assert choose_split(731179, 32768, 8, 132, 64) == (12, 2816)
+    # Never below min_split_tokens: a short sequence stays whole.
+    assert choose_split(300, 300, 1, 132, 64) == (1, 300)
+    assert choose_split(300, 300, 1, 132, 64, min_split_tokens=128) == (3, 128)
