@@ -74,7 +74,7 @@ def configurations(data: SweepData) -> pd.DataFrame:
 
 
 def _metric_columns(data: SweepData) -> list[str]:
-    fixed = {"point", "status", "wall_s", "error", "point_id", *data.axes}
+    fixed = {"point", "status", "latency_model", "wall_s", "error", "point_id", *data.axes}
     return [c for c in data.table.columns if c not in fixed]
 
 

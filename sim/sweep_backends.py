@@ -18,6 +18,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing import connection, get_context
+from pathlib import Path
 
 from sim.config import ConfigError, parse_config
 
@@ -33,11 +34,13 @@ def run_point(task: dict) -> dict:
         from sim.experiment import run_arm  # inside: a node missing the code records why
 
         cfg = parse_config(task["config"], source="point")
-        _, metrics, _, _ = run_arm(cfg, task["arm"], show_progress=False)
-        record.update(status="ok", metrics=metrics, error=None)
+        cluster, metrics, _, _ = run_arm(cfg, task["arm"], show_progress=False)
+        # The latency model in force: a node without the calibration file would fall back to the
+        # roofline, and the table must show it.
+        record.update(status="ok", metrics=metrics, latency_model=cluster.latency.name, error=None)
     except Exception as err:  # a point's failure is data: record it and go on with the sweep
         at = _where(err)
-        record.update(status="failed", metrics={}, error=f"{type(err).__name__}: {err}{at}".splitlines()[0])
+        record.update(status="failed", metrics={}, latency_model=None, error=f"{type(err).__name__}: {err}{at}".splitlines()[0])
     record["wall_s"] = round(time.perf_counter() - started, 3)
     return record
 
@@ -51,7 +54,7 @@ def _where(err: BaseException) -> str:
 
 def failed_record(task: dict, error: str) -> dict:
     record = {k: task[k] for k in ("point_id", "index", "arm", "values")}
-    record.update(status="failed", metrics={}, error=error, wall_s=None)
+    record.update(status="failed", metrics={}, latency_model=None, error=error, wall_s=None)
     return record
 
 
@@ -186,13 +189,15 @@ def _ray_init_kwargs(address: str | None, num_cpus: int | None) -> dict:
     if address is None:
         return dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                     logging_level=logging.WARNING)
-    import policies
-    import sim
-    import workloads
-
-    # A remote cluster's workers may not have this checkout: ship the packages with the job.
+    # A remote cluster's nodes may not have this checkout: ship the project (code and the
+    # latency calibration files) as the job's working directory. Its dependencies must be
+    # installed on the nodes (docs/sweeps.md).
+    root = Path(__file__).resolve().parent.parent
     return dict(address=address, log_to_driver=False, logging_level=logging.WARNING,
-                runtime_env={"py_modules": [sim, policies, workloads]})
+                runtime_env={"working_dir": str(root), "excludes": SHIP_EXCLUDES})
+
+
+SHIP_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", "*.parquet", "*.html", "tests", "docs"]
 
 
 def make_backend(name: str, workers: int, ray_address: str | None):

@@ -85,7 +85,8 @@ class SweepStore:
 
 
 def build_table(sweep: Sweep, records: dict[str, dict]) -> pd.DataFrame:
-    """One row per finished plan point in grid order: point, axes, status, metrics, wall_s, error."""
+    """One row per finished plan point in grid order: point, axes, status, metrics, the latency
+    model, wall_s, error, point id."""
     rows, metric_names = [], {}
     for p in sweep.points:
         record = records.get(p.point_id)
@@ -94,12 +95,12 @@ def build_table(sweep: Sweep, records: dict[str, dict]) -> pd.DataFrame:
         metrics = record.get("metrics") or {}
         metric_names.update(dict.fromkeys(metrics))
         row = {"point": p.index, **{k: _cell(v) for k, v in p.values.items()}}
-        row.update(status=record["status"], **metrics, wall_s=record["wall_s"], error=record.get("error"),
-                   point_id=p.point_id)
+        row.update(status=record["status"], **metrics, latency_model=record.get("latency_model"),
+                   wall_s=record["wall_s"], error=record.get("error"), point_id=p.point_id)
         rows.append(row)
     axes = list(sweep.spec.axes)
     metrics = [m for m in metric_names if m not in axes and m != ARM_AXIS]
-    columns = ["point", *axes, "status", *metrics, "wall_s", "error", "point_id"]
+    columns = ["point", *axes, "status", *metrics, "latency_model", "wall_s", "error", "point_id"]
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -1,0 +1,137 @@
+"""`kvsched tune --model PRESET`: the article's per-model template (section 7): sweep, then choose.
+
+For one model preset it sweeps the page size, the scored eviction's frequency/length weights and
+half-life, its protected-zone share and the admission threshold on a workload, and writes:
+  DIR/sweep.yaml   the generated sweep (re-run or edit it with `kvsched sweep`)
+  DIR/sweep.csv, points.jsonl, report.html   as `kvsched sweep` writes them
+  DIR/tuned.yaml   the chosen config, ready for `kvsched run --config DIR/tuned.yaml`
+  DIR/choice.md    the choice, and each axis's effect on the objective (mean over the others)
+The choice: among configurations (mean over seeds) within --max-p99-ttft-ms, the best on
+--objective; ties go to the lower point index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from sim.config import ConfigError, load_config_file
+from sim.sweep import add_backend_args, finish, run_sweep
+from sim.sweep_spec import parse_sweep
+
+# The template. Values bracket each default; the page sizes span the article's 16 both ways.
+TUNE_POLICIES = {"eviction": {"name": "scored"}, "admission": {"name": "threshold"}}
+TUNE_AXES: dict[str, list] = {
+    "cache.page_size": [8, 16, 32, 64],
+    "policies.eviction.params.half_life_s": [30.0, 300.0],
+    "policies.eviction.params.length_weight": [0.0, 1.0],
+    "policies.eviction.params.protected_share": [0.5, 0.95],
+    "policies.admission.params.min_tokens": [0, 32, 128],
+}
+
+
+def tune_spec(model: str, base: dict, workload: str | None, duration_s: float | None, seeds: list[int],
+              budget: int | None) -> dict:
+    """The sweep mapping for one model: base + template policies, template axes + seeds."""
+    base = {**base, "model": model, "name": f"tune-{model}"}
+    if workload is not None and workload != (base.get("workload") or {}).get("name"):
+        base["workload"] = {"name": workload}
+    if duration_s is not None:
+        base["duration_s"] = duration_s
+    policies = dict(base.get("policies") or {})
+    for kind, spec in TUNE_POLICIES.items():
+        if (policies.get(kind) or {}).get("name") != spec["name"]:
+            policies[kind] = dict(spec)  # a base already on the template's policy keeps its params
+    base["policies"] = policies
+    spec = {"name": f"tune-{model}", "base": base, "arm": "engine", "axes": {**TUNE_AXES, "seed": seeds}}
+    if budget is not None:
+        spec.update(sampling="random", budget=budget)
+    return spec
+
+
+def choose(sweep_dir: Path, objective: str, max_p99_ttft_ms: float | None) -> dict | None:
+    from reports.sweep_analysis import best_by, configurations, load_sweep_dir
+
+    configs = configurations(load_sweep_dir(sweep_dir))
+    if max_p99_ttft_ms is not None:
+        configs = configs[configs.p99_ttft_ms <= max_p99_ttft_ms]
+    return best_by(configs, objective)
+
+
+def axis_effects(sweep_dir: Path, metric: str) -> list[str]:
+    """Per axis, the metric's mean at each value (over all other axes and seeds): what moves it."""
+    from reports.sweep_analysis import configurations, load_sweep_dir
+
+    data = load_sweep_dir(sweep_dir)
+    configs = configurations(data)
+    lines = []
+    for axis in data.config_axes:
+        means = configs.groupby(axis, sort=False)[metric].mean()
+        spread = (means.max() - means.min()) / abs(means.mean()) if means.mean() else 0.0
+        values = ", ".join(f"{k}: {v:.4g}" for k, v in means.items())
+        lines.append(f"- {axis} (spread {spread:.1%}): {values}")
+    return lines
+
+
+def write_choice(out: Path, row: dict, objective: str, max_p99: float | None) -> None:
+    from reports.sweep_analysis import OBJECTIVES, axis_values_text, load_sweep_dir, pasteable_yaml
+
+    data = load_sweep_dir(out)
+    (out / "tuned.yaml").write_text(pasteable_yaml(data, int(row["point"])))
+    metric, sense, label = OBJECTIVES[objective]
+    lines = [f"# {data.name}: chosen configuration", "",
+             f"objective: {sense} {label}" + (f", P99 TTFT <= {max_p99:g} ms" if max_p99 else ""),
+             f"chosen (point {int(row['point'])}): {axis_values_text(data, row)}",
+             f"{metric} = {row[metric]:.4g}, p99_ttft_ms = {row['p99_ttft_ms']:.4g}, "
+             f"prefix_hit_rate = {row['prefix_hit_rate']:.4g}, mean over {int(row['seeds'])} seed(s)",
+             "", f"## Effect of each axis on {metric}", *axis_effects(out, metric)]
+    (out / "choice.md").write_text("\n".join(lines) + "\n")
+
+
+def cmd_tune(args) -> int:
+    _check_model(args.model)
+    base = load_config_file(args.base) if args.base else {}
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [1]
+    spec = tune_spec(args.model, base, args.workload, args.duration, seeds, args.budget)
+    sweep = parse_sweep(spec)
+    out = Path(args.out or f"runs/tune-{args.model}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    outcome = run_sweep(sweep, out, args.backend, args.workers, args.ray_address,
+                        show_progress=not args.quiet, restart=args.restart)
+    status = finish(outcome, sweep, out, write_report=not args.no_report)
+    if outcome.stop_signal is not None or not outcome.num_done:
+        return status
+    row = choose(out, args.objective, args.max_p99_ttft_ms)
+    if row is None:
+        print(f"no configuration meets --max-p99-ttft-ms {args.max_p99_ttft_ms:g}; nothing chosen")
+        return 1
+    write_choice(out, row, args.objective, args.max_p99_ttft_ms)
+    print((out / "choice.md").read_text().rstrip())
+    print(f"chosen config: {out / 'tuned.yaml'}")
+    return status
+
+
+def register(sub) -> None:
+    from reports.sweep_analysis import OBJECTIVES
+
+    p = sub.add_parser("tune", help="per-model tuning: sweep the cache policy template, pick a config")
+    p.add_argument("--model", required=True, help="model preset (article-70b, llama-3-8b, ...)")
+    p.add_argument("--base", help="base experiment config (cluster, node, workload); default: the seed study")
+    p.add_argument("--workload", help="workload name (replaces the base's workload and its params)")
+    p.add_argument("--duration", type=float, help="simulated seconds per point")
+    p.add_argument("--seeds", help="comma-separated seeds; metrics are averaged over them (default 1)")
+    p.add_argument("--budget", type=int, help="random sample of this many points instead of the whole grid")
+    p.add_argument("--objective", choices=list(OBJECTIVES), default="throughput")
+    p.add_argument("--max-p99-ttft-ms", type=float, help="only configurations within this P99 TTFT")
+    p.add_argument("--out", help="tune directory (default runs/tune-MODEL; re-run to resume)")
+    add_backend_args(p)
+    p.set_defaults(func=cmd_tune)
+
+
+def _check_model(model: str) -> None:
+    from sim.presets import MODEL_PRESETS
+
+    if model not in MODEL_PRESETS:
+        raise ConfigError(f"--model: unknown preset {model!r}; allowed: {', '.join(sorted(MODEL_PRESETS))}")
