@@ -6,19 +6,29 @@ from __future__ import annotations
 import numpy as np
 from pydantic import ValidationError
 
-from policies import admission, eviction, routing
+from policies import admission, eviction, routing, routing_approx
 from sim.config import ConfigError, PolicySpec, format_validation_error
 
 ROUTING = {
     "round_robin": routing.RoundRobin,
     "least_loaded": routing.LeastLoaded,
     "prefix_affinity": routing.PrefixAffinity,
+    "random": routing.Random,
+    "least_kv": routing.LeastKV,
+    "kv_cost": routing.KVCost,
+    "weighted_scorers": routing.WeightedScorers,
+    "sglang_cache_aware": routing_approx.SGLangCacheAware,
+    "decentralized": routing_approx.Decentralized,
 }
 EVICTION = {
     "lru": eviction.LRU,
+    "lfu": eviction.LFU,
+    "fifo": eviction.FIFO,
+    "scored": eviction.Scored,
 }
 ADMISSION = {
     "always": admission.Always,
+    "threshold": admission.Threshold,
 }
 REGISTRY = {"routing": ROUTING, "eviction": EVICTION, "admission": ADMISSION}
 

@@ -16,14 +16,14 @@ from policies import make_policy
 from sim.config import ExperimentConfig
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.hashing import page_keys
-from sim.kv.manager import ContiguousKV, PagedKV
-from sim.kv.paged_cache import PagedKVCache
+from sim.kv.manager import ContiguousKV, paged_kv_from_config
 from sim.latency import make_latency_model
 from sim.metrics import Recorder
 from sim.node import Node
+from sim.placement import make_placement
+from sim.router import Router
 from sim.routing_table import RoutingTable
 from sim.sequence import Sequence, Status
-from sim.views import NodeView, RouteQuery
 from workloads.request import Request, Workload
 
 
@@ -34,13 +34,15 @@ class Cluster:
         self.workload = workload
         self.rng = rng
         self.latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
-        self.router = make_policy("routing", cfg.policies.routing, rng)
         self.table = RoutingTable(cfg.cluster.num_nodes)
         self.page_size = cfg.cache.page_size
         self.token_bytes = cfg.model.kv_bytes_per_token
         self.capacity_bytes = cfg.kv_capacity_bytes
         self.recorder = Recorder(cfg)
         self.nodes = [self._make_node(i) for i in range(cfg.cluster.num_nodes)]
+        self.placement = make_placement(cfg, self.nodes)  # None for local_only: nothing changes
+        self.router = Router(self.env, cfg.router, make_policy("routing", cfg.policies.routing, rng), self.table,
+                             self.nodes, self.page_size, self.capacity_bytes // self.token_bytes, self.token_bytes)
         self.sequences: list[Sequence] = []
         self.hit_tokens = 0
         self.prompt_tokens = 0
@@ -52,17 +54,8 @@ class Cluster:
             alloc = ContiguousAllocator(self.capacity_bytes, int(c.segment_bytes))
             kv = ContiguousKV(alloc, self.token_bytes, c.max_new_tokens, c.max_model_len)
         else:
-            page_bytes = self.page_size * self.token_bytes
-            cache = PagedKVCache(
-                self.capacity_bytes // page_bytes, self.page_size, page_bytes,
-                eviction=make_policy("eviction", self.cfg.policies.eviction),
-                admission=make_policy("admission", self.cfg.policies.admission),
-                prefix_cache=c.prefix_cache, verify_tokens=c.index != "hash_only",
-                epoch_reclaim=c.reclaim == "epoch", eviction_batch_pages=c.eviction_batch_pages,
-                node_id=node_id,
-            )
-            cache.listeners.append(self.table.on_cache_event)
-            kv = PagedKV(cache, self.token_bytes)
+            kv = paged_kv_from_config(self.cfg, self.latency, node_id)
+            kv.cache.listeners.append(self.table.on_cache_event)
         return Node(self.env, node_id, self.cfg.node, kv, self.latency, self._on_finish)
 
     # -- running -------------------------------------------------------------------------------
@@ -109,36 +102,26 @@ class Cluster:
         keys = page_keys(req.prompt, self.page_size, self.cfg.cache.hash_bits)
         seq = Sequence(req=req, keys=keys, arrival_s=now if req.arrival_s is None else req.arrival_s)
         self.sequences.append(seq)
-        seq.routed_s = now
         if not self._can_ever_fit(seq):
             seq.status = Status.FAILED
             seq.finish_s = now
             self._on_finish(seq)
             return seq
-        query = RouteQuery(req.request_id, req.prompt_tokens, keys, self.page_size)
-        node = self.router.route(query, self.views(keys))
-        self.nodes[node].submit(seq)
+        self.router.submit(seq, self._deliver)
         return seq
 
+    def _deliver(self, seq: Sequence, node: int) -> None:
+        """The router has decided: the request joins the node's queue."""
+        seq.routed_s = self.env.now
+        self.nodes[node].submit(seq)
+
     def _can_ever_fit(self, seq: Sequence) -> bool:
+        if self.placement is not None:  # pages may live on other nodes too
+            return self.placement.can_ever_fit(seq)
         total = seq.prompt_tokens + seq.req.output_tokens
         if self.cfg.cache.mechanism == "contiguous":
             return total <= self.cfg.cache.max_model_len and total * self.token_bytes <= self.capacity_bytes
         return total * self.token_bytes <= self.capacity_bytes
-
-    def views(self, keys: np.ndarray) -> list[NodeView]:
-        matched = self.table.matched_pages(keys)
-        out = []
-        for node in self.nodes:
-            kv = node.kv
-            out.append(NodeView(
-                node_id=node.node_id, num_waiting=len(node.waiting), num_running=len(node.running),
-                kv_capacity_tokens=self.capacity_bytes // self.token_bytes,
-                kv_free_tokens=kv.free_tokens(), kv_used_tokens=kv.usage().allocated_bytes // self.token_bytes,
-                waiting_prompt_tokens=node.waiting_prompt_tokens,
-                cached_prefix_tokens=int(matched[node.node_id]) * self.page_size,
-            ))
-        return out
 
     def _on_finish(self, seq: Sequence) -> None:
         self.hit_tokens += seq.cached_tokens

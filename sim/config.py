@@ -21,6 +21,8 @@ from sim.network import KERNEL_COPY_BYTES_PER_S, KERNEL_MESSAGE_S, LINK_PRESETS,
 from sim.page_index_codec import single_page_entry_bytes
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
 
+ROUTER_DECISION_TIME_S = 30e-6  # placeholder until benchmarks.router is run
+
 
 class ConfigError(ValueError):
     """A config, trace or argument the user must fix; the CLI prints it as one line, exit 2."""
@@ -93,6 +95,16 @@ class ClusterConfig(Strict):
     num_nodes: int = Field(default=4, gt=0)
 
 
+class RouterConfig(Strict):
+    """The central scheduler's capacity (sim/router.py): parallel lanes x time per decision."""
+
+    lanes: int = Field(default=1, gt=0)
+    # Seconds one decision holds a lane. Default: the mean decision time of prefix_affinity measured
+    # by `python -m benchmarks.router` (8 nodes, 100k cached prefixes, one core; docs/routing.md).
+    decision_time_s: float = Field(default=ROUTER_DECISION_TIME_S, ge=0)
+    lane_by: Literal["any", "prefix"] = "any"  # prefix: a request's lane = hash of its first page
+
+
 class CacheConfig(Strict):
     mechanism: Literal["contiguous", "paged"] = "paged"
     page_size: int = 16
@@ -107,6 +119,16 @@ class CacheConfig(Strict):
     segment_bytes: float = Field(default=8e9, gt=0)
     # Evict at least this many pages per eviction round (amortises the policy's scoring scan).
     eviction_batch_pages: int = Field(default=64, gt=0)
+    # Pitfall 3: a step's readers outlive it by this many seconds (the scheduler runs ahead of the
+    # GPU); with reclaim: immediate a page reused inside the window is a use-after-free.
+    race_window_s: float = Field(default=0.0, ge=0)
+    # Protected zone (sim/kv/protected_zone.py): pages reused by at least protected_share of the
+    # node's last protected_window requests are never evicted; at most protected_max_fraction of
+    # the pool.
+    protected_zone: bool = False
+    protected_share: float = Field(default=0.95, gt=0, le=1)
+    protected_window: int = Field(default=200, gt=0)
+    protected_max_fraction: float = Field(default=0.25, ge=0, le=1)
 
     @field_validator("page_size")
     @classmethod
@@ -175,6 +197,7 @@ class ExperimentConfig(Strict):
     gpu: GpuConfig = Field(default="h200", validate_default=True)
     node: NodeConfig = NodeConfig()
     cluster: ClusterConfig = ClusterConfig()
+    router: RouterConfig = RouterConfig()
     cache: CacheConfig = CacheConfig()
     policies: PoliciesConfig = PoliciesConfig()
     network: NetworkConfig = Field(default_factory=NetworkConfig)

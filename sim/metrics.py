@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sim.sequence import Status
+from sim.views import node_load
 
 if TYPE_CHECKING:
     from sim.cluster import Cluster
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 REQUEST_COLUMNS = [
     "request_id", "arm", "node", "tag", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
     "cached_tokens", "output_tokens", "preemptions", "false_hits", "wrong_reuse_tokens", "status",
+    "routed_s",
 ]
 SERIES_COLUMNS = [
     "time_s", "node", "kv_capacity_bytes", "kv_pool_bytes", "kv_allocated_bytes", "kv_live_bytes",
@@ -42,11 +44,13 @@ class Recorder:
     def sample(self, now: float, cluster: Cluster) -> None:
         for node in cluster.nodes:
             u = node.kv.usage()
-            demand = u.allocated_bytes + node.waiting_prompt_tokens * cluster.token_bytes
+            tb = cluster.token_bytes
+            load = node_load(u.allocated_bytes // tb, node.waiting_prompt_tokens, u.capacity_bytes // tb,
+                             len(node.waiting) + len(node.running), node.cfg.max_num_seqs)
             self.rows.append((
                 now, node.node_id, u.capacity_bytes, u.pool_bytes, u.allocated_bytes, u.live_bytes,
                 u.cached_bytes, u.retired_bytes, u.fragmentation_bytes, len(node.waiting),
-                len(node.running), min(1.0, demand / u.capacity_bytes), cluster.hit_tokens,
+                len(node.running), load, cluster.hit_tokens,
                 cluster.prompt_tokens,
             ))
 
@@ -58,7 +62,7 @@ def request_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
     rows = [(
         s.req.request_id, arm, s.node, s.req.tag, s.arrival_s, s.first_token_s, s.finish_s,
         s.prompt_tokens, s.cached_tokens, s.num_generated, s.preemptions, s.false_hits,
-        s.wrong_reuse_tokens, s.status.value,
+        s.wrong_reuse_tokens, s.status.value, s.routed_s,
     ) for s in cluster.sequences]
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
@@ -108,5 +112,29 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "evicted_pages": int(sum(c.num_evicted_pages for c in caches)),
         "admission_rejected_tokens": int(sum(c.admission_rejected_tokens for c in caches)),
         "mean_node_busy": float(np.mean([n.busy_s for n in cluster.nodes])) / duration,
+        **_routing_balance(requests, series, cluster),
     }
+    if getattr(cluster, "placement", None) is not None:  # KV across nodes: network bytes, links
+        out.update(cluster.placement.summary(duration))
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+
+def _ratio_max_mean(values: np.ndarray) -> float:
+    mean = float(values.mean()) if values.size else 0.0
+    return float(values.max()) / mean if mean > 0 else math.nan
+
+
+def _routing_balance(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) -> dict:
+    """How evenly the router spread the work (1.0 = perfectly even) and what deciding cost."""
+    routed = requests[requests.node >= 0]
+    per_node = np.bincount(routed.node.to_numpy(dtype=np.int64), minlength=len(cluster.nodes))
+    wait_ms = ((routed.routed_s - routed.arrival_s) * 1e3).to_numpy()
+    return {
+        # max / mean over nodes of the time-averaged load (sim/views.py: KV + queue demand)
+        "load_imbalance": _ratio_max_mean(series.groupby("node").load.mean().to_numpy()),
+        # max / mean over nodes of the share of time spent computing steps
+        "busy_imbalance": _ratio_max_mean(np.array([n.busy_s for n in cluster.nodes])),
+        "max_node_request_share": float(per_node.max() / per_node.sum()) if per_node.sum() else math.nan,
+        "mean_router_wait_ms": float(wait_ms.mean()) if wait_ms.size else math.nan,
+        "p99_router_wait_ms": _pct(wait_ms, 99),
+    }

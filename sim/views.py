@@ -1,37 +1,66 @@
-"""Read-only views the policies decide from; policies never touch simulator state."""
+"""Read-only views the policies decide from; policies never touch simulator state.
+
+A node's load (`NodeView.load`, also the `load` column of timeseries.csv) is the share of its
+binding capacity that the work already sent to it claims, in [0, 1]:
+
+    load = min(1, max(kv_demand, seq_demand))
+    kv_demand  = (KV tokens held by running requests + prompt tokens of queued requests) / KV capacity
+    seq_demand = (running + queued requests) / max_num_seqs
+
+A node is full when either its KV pool or its batch slots run out, so the larger share counts.
+Queued prompts count in full (their cached prefix is not subtracted): an upper bound on the KV
+they will take. The article's layer 2 compares this number with its 90% threshold.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 
-@dataclass(slots=True, frozen=True)
-class NodeView:
+def node_load(kv_used_tokens: int, waiting_prompt_tokens: int, kv_capacity_tokens: int,
+              num_outstanding: int, max_num_seqs: int) -> float:
+    """The load definition above (one function, so the router and the metrics agree)."""
+    kv_demand = (kv_used_tokens + waiting_prompt_tokens) / max(1, kv_capacity_tokens)
+    seq_demand = num_outstanding / max(1, max_num_seqs)
+    return min(1.0, max(kv_demand, seq_demand))
+
+
+class NodeView(NamedTuple):
+    """One node as the router sees it at decision time (a tuple: cheap to build, immutable)."""
+
     node_id: int
     num_waiting: int
     num_running: int
     kv_capacity_tokens: int
     kv_free_tokens: int  # free plus evictable cached tokens
     kv_used_tokens: int  # held by running requests
-    waiting_prompt_tokens: int
-    cached_prefix_tokens: int  # of the request being routed, per the routing table
+    waiting_prompt_tokens: int  # prompt tokens of the queued requests
+    cached_prefix_tokens: int  # of the request being routed, per the routing table (0 if not asked)
+    max_num_seqs: int = 256  # batch slots (NodeConfig.max_num_seqs)
 
     @property
     def load(self) -> float:
-        """Memory pressure in [0, 1]: KV held by running requests plus the prompts queued for it."""
-        demand = self.kv_used_tokens + self.waiting_prompt_tokens
-        return min(1.0, demand / max(1, self.kv_capacity_tokens))
+        return node_load(self.kv_used_tokens, self.waiting_prompt_tokens, self.kv_capacity_tokens,
+                         self.num_waiting + self.num_running, self.max_num_seqs)
 
     @property
     def outstanding(self) -> int:
+        """Requests sent to the node and not finished (queued + running)."""
         return self.num_waiting + self.num_running
 
+    @property
+    def kv_utilization(self) -> float:
+        """Share of the KV pool held by running requests (vLLM's kv_cache_usage_perc)."""
+        return self.kv_used_tokens / max(1, self.kv_capacity_tokens)
 
-@dataclass(slots=True, frozen=True)
-class RouteQuery:
+
+class RouteQuery(NamedTuple):
+    """The request being routed, as the router sees it."""
+
     request_id: int
     prompt_tokens: int
-    keys: np.ndarray  # uint64 chained page keys of the prompt
+    keys: np.ndarray  # uint64 [full prompt pages]: chained page keys of the prompt
     page_size: int
+    now_s: float = 0.0  # simulated time of the decision
