@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup ci-study clean
+.PHONY: run test lint setup ci-study ci-baseline clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,21 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 tests
+	$(MAKE) --no-print-directory ci-study
+
+# The CI regression gate: a short deterministic seed study, checked against the committed
+# baseline (hit rate, P99 TTFT/TPOT/E2E, throughput per arm; exit 1 names what regressed).
+CI_STUDY := baselines/seed_study.yaml
+CI_BASELINE := baselines/seed.json
+CI_RUN := runs/ci-seed
+ci-study: $(STAMP)
+	$(BIN)/python -m sim.cli run --config $(CI_STUDY) --out $(CI_RUN) --quiet
+	$(BIN)/python -m sim.cli check $(CI_RUN) --baseline $(CI_BASELINE)
+
+# Rewrite the baseline on purpose (after a change that is meant to move the numbers).
+ci-baseline: $(STAMP)
+	$(BIN)/python -m sim.cli run --config $(CI_STUDY) --out $(CI_RUN) --quiet
+	$(BIN)/python -m sim.cli check $(CI_RUN) --baseline $(CI_BASELINE) --update
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

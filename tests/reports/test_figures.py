@@ -1,0 +1,79 @@
+"""Downsampling keeps what readers look for: every tail point of a CDF, every memory peak."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from reports.catalog import best_value, fmt
+from reports.figures import (
+    MAX_CDF_BODY_POINTS,
+    bucket_index,
+    cdf_points,
+    downsample_peak,
+    scatter_keep,
+    svg,
+)
+
+latencies = arrays(np.float64, st.integers(0, 5000), elements=st.floats(0.1, 1e6, allow_nan=False))
+
+
+@settings(max_examples=60, deadline=None)
+@given(latencies)
+def test_cdf_keeps_the_whole_tail(values):
+    x, y = cdf_points(values)
+    n = values.size
+    assert x.size == y.size <= n
+    if n == 0:
+        return
+    assert x[-1] == values.max() and y[-1] == 1.0  # the slowest request is always drawn
+    tail = np.sort(values)[max(0, min(n - 50, int(n * 0.99))):]
+    np.testing.assert_array_equal(x[-tail.size:], tail)  # every point of the top 1% (at least 50)
+    assert x.size <= MAX_CDF_BODY_POINTS + tail.size
+    assert np.all(np.diff(x) >= 0) and np.all(np.diff(y) > 0)
+
+
+def test_cdf_exact_small():
+    x, y = cdf_points(np.array([3.0, 1.0, 2.0, np.nan]))
+    np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(y, [1 / 3, 2 / 3, 1.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.integers(1, 4000), elements=st.floats(0, 1e4, allow_nan=False)))
+def test_scatter_keeps_every_slow_request(values):
+    keep = scatter_keep(values, max_points=300)
+    slow = np.flatnonzero(values >= np.percentile(values, 99))
+    assert set(slow) <= set(keep.tolist()) or values.size <= 300
+    assert np.all(np.diff(keep) > 0)
+    assert keep.size <= max(values.size if values.size <= 300 else 0, 300 + slow.size)
+
+
+def test_downsample_peak_keeps_each_bucket_maximum():
+    t = np.arange(1000, dtype=float)
+    frame = pd.DataFrame({"time_s": t, "kv": np.sin(t / 7) + (t == 501) * 10.0})
+    d = downsample_peak(frame, "kv", max_points=100)
+    assert len(d) == 100 and d.kv.max() == frame.kv.max() and 501.0 in d.time_s.to_numpy()
+    assert bucket_index(t[:50], 100).tolist() == list(range(50))  # short series: untouched
+
+
+def test_best_value_ignores_ties_in_what_is_shown():
+    assert best_value("p99_tpot_ms", [3.51, 3.49, 3.5]) is None  # all show as 3.5
+    assert best_value("p99_tpot_ms", [3.5, 4.0, None]) == 3.5
+    assert best_value("prefix_hit_rate", [0.1, 0.5]) == 0.5
+    assert fmt("peak_kv_bytes", 2.5e11) == "250" and fmt("p99_ttft_ms", None) == "-"
+
+
+def test_svg_has_no_metadata_and_short_coordinates():
+    fig, ax = plt.subplots()
+    ax.plot([0.123456789, 1.987654321], [2.5, 3.25])
+    ax.set(title="t", xlabel="x (s)", ylabel="y (s)")
+    text = svg(fig, "k")
+    assert text.startswith("<svg") and "<metadata>" not in text
+    assert not re.search(r' d="[^"]*\d\.\d{3}', text)
