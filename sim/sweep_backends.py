@@ -27,20 +27,22 @@ StopFn = Callable[[], bool]
 
 
 def run_point(task: dict) -> dict:
-    """Simulate one point (in a worker). Never raises: a failure is a record carrying its error."""
-    started = time.perf_counter()
+    """Simulate one point (in a worker). Never raises: a failure is a record carrying its error.
+    wall_s is the simulation's own time (config parse + run), not the worker's first imports."""
     record = {k: task[k] for k in ("point_id", "index", "arm", "values")}
+    started = time.perf_counter()
     try:
         from sim.experiment import run_arm  # inside: a node missing the code records why
 
+        started = time.perf_counter()
         cfg = parse_config(task["config"], source="point")
         cluster, metrics, _, _ = run_arm(cfg, task["arm"], show_progress=False)
         # The latency model in force: a node without the calibration file would fall back to the
         # roofline, and the table must show it.
         record.update(status="ok", metrics=metrics, latency_model=cluster.latency.name, error=None)
     except Exception as err:  # a point's failure is data: record it and go on with the sweep
-        at = _where(err)
-        record.update(status="failed", metrics={}, latency_model=None, error=f"{type(err).__name__}: {err}{at}".splitlines()[0])
+        error = f"{type(err).__name__}: {err}{_where(err)}".splitlines()[0]
+        record.update(status="failed", metrics={}, latency_model=None, error=error)
     record["wall_s"] = round(time.perf_counter() - started, 3)
     return record
 
