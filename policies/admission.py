@@ -1,14 +1,20 @@
-"""Admission policies: may a request's freshly computed prompt segment enter the cache pool?"""
+"""Admission policies: may a request's freshly computed prompt segment enter the cache pool?
+
+A segment that is not admitted is computed and used as usual, but its pages are not indexed: they
+return to the free list when the request ends instead of taking cache space.
+"""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.kv.views import Segment
 
 
 class AdmissionPolicy(Protocol):
-    def admit(self, segment_tokens: int, already_shared: bool) -> bool:
+    def admit(self, segment: Segment) -> bool:
         """True to index the segment's pages for reuse; False frees them when the request ends."""
         ...
 
@@ -25,5 +31,25 @@ class Always:
     def __init__(self, params: NoParams):
         pass
 
-    def admit(self, segment_tokens: int, already_shared: bool) -> bool:
+    def admit(self, segment: Segment) -> bool:
         return True
+
+
+class ThresholdParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # None: the break-even length from the rebuild cost (sim/kv/rebuild_cost.py).
+    min_tokens: int | None = Field(default=None, ge=0)
+
+
+class Threshold:
+    """A segment shorter than min_tokens (default: its rebuild break-even length) is cached only if
+    it extends a prefix already shared."""
+
+    Params = ThresholdParams
+
+    def __init__(self, params: ThresholdParams):
+        self.min_tokens = params.min_tokens
+
+    def admit(self, segment: Segment) -> bool:
+        threshold = segment.break_even_tokens if self.min_tokens is None else self.min_tokens
+        return segment.already_shared or segment.tokens >= threshold

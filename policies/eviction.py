@@ -1,7 +1,9 @@
 """Eviction policies: a priority per unreferenced cached page; lower goes first.
 
-The cache (sim/kv/paged_cache.py) owns the pages and breaks ties (deeper pages first, so a
-prefix's tail goes before its head); a policy only scores.
+The cache (sim/kv/paged_cache.py) owns the pages, skips the protected zone, and breaks ties
+(deeper pages first, so a prefix's tail goes before its head, then lower page ids); a policy only
+scores. Stats are vectors over pages (sim/kv/views.PageStats), so a policy scores a whole
+eviction round in one numpy expression.
 """
 
 from __future__ import annotations
@@ -9,9 +11,9 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from sim.kv.paged_cache import PageStats
+from sim.kv.views import PageStats
 
 
 class EvictionPolicy(Protocol):
@@ -25,7 +27,7 @@ class NoParams(BaseModel):
 
 
 class LRU:
-    """Least recently used first."""
+    """Least recently used first (last hit, or last read by a request that used it)."""
 
     Params = NoParams
 
@@ -34,3 +36,51 @@ class LRU:
 
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         return stats.last_access_s[pages]
+
+
+class LFU:
+    """Least frequently used first (requests that used the page since it was cached)."""
+
+    Params = NoParams
+
+    def __init__(self, params: NoParams):
+        pass
+
+    def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
+        return stats.hit_count[pages].astype(np.float64)
+
+
+class FIFO:
+    """Oldest cached first, however often it is used."""
+
+    Params = NoParams
+
+    def __init__(self, params: NoParams):
+        pass
+
+    def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
+        return stats.created_s[pages]
+
+
+class ScoredParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # Seconds for a page's frequency to lose half its weight when nobody uses it.
+    half_life_s: float = Field(default=60.0, gt=0)
+    # Score per 1000 tokens of the prefix the page belongs to (its rebuild cost grows with it).
+    length_weight: float = Field(default=1.0, ge=0)
+
+
+class Scored:
+    """The article's score, lowest first: hit_count x 0.5^(idle_s / half_life_s) + length_weight x
+    prefix_tokens / 1000, where prefix_tokens is the longest cached prefix through the page."""
+
+    Params = ScoredParams
+
+    def __init__(self, params: ScoredParams):
+        self.p = params
+
+    def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
+        idle_s = np.maximum(0.0, now - stats.last_access_s[pages])
+        decay = np.exp2(-idle_s / self.p.half_life_s)
+        prefix_tokens = stats.prefix_pages[pages] * stats.page_size
+        return stats.hit_count[pages] * decay + self.p.length_weight * prefix_tokens / 1000.0

@@ -54,7 +54,7 @@ class Node:
         """Pages this node hosts were freed from outside its loop (sim/placement.py): if asleep,
         no step is in flight, so retired pages are reusable at once; then retry the waiting head."""
         if not self._wakeup.triggered:
-            self.kv.end_step()
+            self.kv.idle_reclaim(self.env.now)
             self._wakeup.succeed()
 
     # -- the serve loop ------------------------------------------------------------------------
@@ -64,11 +64,13 @@ class Node:
                 self._wakeup = self.env.event()
                 yield self._wakeup
             batch = self.schedule()
-            if not batch and self.kv.end_step():
-                continue  # no step is in flight, so retired pages can be reused at once
-            if not batch:  # nothing fits and nothing runs that could free memory
-                self._wakeup = self.env.event()
-                yield self._wakeup
+            if not batch:  # no step is in flight: retired pages come back once their readers exit
+                wait_s = self.kv.idle_reclaim(self.env.now)
+                if wait_s is None:  # nothing fits and nothing runs or retires that could free memory
+                    self._wakeup = self.env.event()
+                    yield self._wakeup
+                elif wait_s > 0:
+                    yield self.env.timeout(wait_s)
                 continue
             plan = self._plan(batch)
             step_s = self.latency.step_time_s(plan)
@@ -142,6 +144,7 @@ class Node:
 
     def apply(self, batch: list[tuple[Sequence, int, bool]]) -> None:
         now = self.env.now
+        self.kv.end_step(now)  # a new epoch: what this step's finishes release waits for the next
         for seq, n, was_prefill in batch:
             seq.num_computed += n
             self.kv.on_computed(seq, n, now)
@@ -152,7 +155,6 @@ class Node:
                 seq.first_token_s = now
             if seq.num_generated >= seq.req.output_tokens:
                 self.finish(seq)
-        self.kv.end_step()
 
     def finish(self, seq: Sequence) -> None:
         self.running.remove(seq)

@@ -41,6 +41,9 @@ class Sequence:
     preemptions: int = 0
     false_hits: int = 0
     wrong_reuse_tokens: int = 0
+    use_after_free: int = 0  # pages handed to this request while a reader of their old owner ran
+    last_read_s: float = float("-inf")  # end of the last step that read this request's KV
+    kv_tokens: int = 0  # tokens its pages hold or are being written this step (paged)
     oom_blocked: bool = False
     done: object = None  # closed loop: SimPy event the client waits on
 

@@ -1,20 +1,28 @@
-"""Chained page hashes over token ids, vectorised with numpy.
+"""Chained page keys over token ids, vectorised with numpy: the level-1 hash of the prefix index.
 
-The key of full page k depends on the tokens of pages 0..k and on their positions, so equal keys
-mean (up to a collision) equal prefixes. `hash_bits` truncates the key: the level-1 short hash of
-the two-level index; narrow widths force collisions on purpose (the article's pitfall 1).
+Key of full page k = mix(h_0 + h_1 + ... + h_k) with h_i = mix(content_i + i * GOLDEN) and
+content_i = sum_j tokens[i, j] * w_j (mod 2**64). Every w_j is odd, so it is invertible modulo
+2**64 and any change of a single token changes content_i; mix (splitmix64's finaliser) is a
+bijection, so it changes h_i, the running sum and every key from page i on. Hence equal 64-bit
+keys mean equal prefixes up to an accidental collision of two or more changes (~2**-64), and a
+page's key depends on its position and on every page before it (the chain).
+
+The keys are prefix-stable (the keys of a prompt's first n pages do not depend on what follows),
+so a conversation that grows keeps its earlier keys: the incremental maintenance the article asks
+for costs nothing more. `hash_bits` keeps the low bits only: the short level-1 hash. Narrow widths
+force collisions on purpose (the article's pitfall 1); level 2 (exact tokens) must catch them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_WEIGHTS: dict[int, np.ndarray] = {}  # page_size -> odd token weights (pure function of page_size)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: spreads every input bit over the whole word."""
+    """splitmix64 finaliser: a bijection of uint64 that spreads every input bit over the word."""
     x = x ^ (x >> np.uint64(30))
     x = x * np.uint64(0xBF58476D1CE4E5B9)
     x = x ^ (x >> np.uint64(27))
@@ -23,17 +31,26 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def _token_weights(page_size: int) -> np.ndarray:
-    return _mix(np.arange(1, page_size + 1, dtype=np.uint64) * _GOLDEN)
+    """uint64 [page_size]: one odd (invertible mod 2**64) weight per token position in a page."""
+    w = _WEIGHTS.get(page_size)
+    if w is None:
+        with np.errstate(over="ignore"):
+            w = _mix(np.arange(1, page_size + 1, dtype=np.uint64) * _GOLDEN) | np.uint64(1)
+        _WEIGHTS[page_size] = w
+    return w
 
 
 def page_keys(tokens: np.ndarray, page_size: int, hash_bits: int = 64) -> np.ndarray:
     """uint64 [num_full_pages]: chained key of every full page of `tokens` (a partial tail is not keyed)."""
+    if page_size < 1 or not 1 <= hash_bits <= 64:
+        raise ValueError(f"page_size must be >= 1 and hash_bits in 1..64, got {page_size}, {hash_bits}")
     num_full = tokens.shape[0] // page_size
     if num_full == 0:
         return np.zeros(0, dtype=np.uint64)
-    pages = tokens[: num_full * page_size].astype(np.uint64).reshape(num_full, page_size)
+    # int32 -> int64 -> uint64 keeps negative ids distinct (two's complement), never clips them.
+    pages = tokens[: num_full * page_size].astype(np.int64).view(np.uint64).reshape(num_full, page_size)
     with np.errstate(over="ignore"):
-        content = _mix((pages * _token_weights(page_size)).sum(axis=1, dtype=np.uint64))
+        content = (pages * _token_weights(page_size)).sum(axis=1, dtype=np.uint64)
         positioned = _mix(content + np.arange(num_full, dtype=np.uint64) * _GOLDEN)
         chained = _mix(np.cumsum(positioned, dtype=np.uint64))
     if hash_bits < 64:

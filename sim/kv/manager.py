@@ -8,10 +8,18 @@ gives everything back, `on_computed` offers finished prompt pages to the prefix 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sim.kv.contiguous import ContiguousAllocator
+from sim.kv.index_base import BLOCK_TABLE_ENTRY_BYTES
 from sim.kv.paged_cache import PagedKVCache
+from sim.kv.protected_zone import ProtectedZone
+from sim.kv.rebuild_cost import break_even_tokens
 from sim.sequence import Sequence
+
+if TYPE_CHECKING:
+    from sim.config import ExperimentConfig
+    from sim.latency import LatencyModel
 
 
 @dataclass(slots=True)
@@ -23,6 +31,8 @@ class KVUsage:
     retired_bytes: int  # released pages waiting for the epoch to end
     fragmentation_bytes: int  # contiguous: free bytes outside the largest hole; paged: unused slots of last pages
     pool_bytes: int  # memory the allocator holds (contiguous: grown segments; paged: the whole pool)
+    internal_frag_bytes: int = 0  # allocated but unused: paged, slots of last pages; contiguous, reserved tail
+    index_bytes: int = 0  # paged: modelled prefix-index entries + block tables (sim/kv/index_base.py)
 
 
 class PagedKV:
@@ -30,33 +40,47 @@ class PagedKV:
         self.cache = cache
         self.token_bytes = token_bytes
         self.page_size = cache.page_size
-        self.live_tokens = 0
+        self.live_tokens = 0  # sum of num_computed over admitted requests (shared pages counted per request)
+        self.slot_tokens = 0  # sum of len(pages) x page_size over admitted requests
+        self.held_tokens = 0  # sum of kv_tokens: slots holding a token or written by the step in flight
 
     def admit(self, seq: Sequence, now: float) -> bool:
-        match = self.cache.match_prefix(seq.keys, seq.req.prompt, now)
+        first = seq.preemptions == 0
+        match = self.cache.match_prefix(seq.keys, seq.req.prompt, now, first_admission=first)
         seq.pages = list(match.pages)
         seq.num_computed = len(match.pages) * self.page_size
+        seq.kv_tokens = seq.num_computed
         seq.stored_pages = len(match.pages)
-        if seq.preemptions == 0:
+        if first:
             seq.cached_tokens = seq.num_computed
             seq.false_hits += match.false_hits
             seq.wrong_reuse_tokens += match.wrong_reuse_tokens
         new_tokens = seq.prompt_tokens - seq.num_computed
         seq.cacheable = self.cache.admit_segment(new_tokens, already_shared=bool(match.pages))
         self.live_tokens += seq.num_computed
+        self.slot_tokens += seq.num_computed
+        self.held_tokens += seq.num_computed
         return True
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
-        need = -(-(seq.num_computed + num_tokens) // self.page_size) - len(seq.pages)
+        want = seq.num_computed + num_tokens
+        need = -(-want // self.page_size) - len(seq.pages)
         if need > 0:
+            before = self.cache.pool.use_after_free
             pages = self.cache.allocate(need, now)
             if pages is None:
                 return False
+            seq.use_after_free += self.cache.pool.use_after_free - before
             seq.pages.extend(pages)
+            self.slot_tokens += need * self.page_size
+        if want > seq.kv_tokens:
+            self.held_tokens += want - seq.kv_tokens
+            seq.kv_tokens = want
         return True
 
     def on_computed(self, seq: Sequence, num_tokens: int, now: float) -> None:
         self.live_tokens += num_tokens
+        seq.last_read_s = now  # the step that just ended read (and wrote) its pages
         full = min(seq.num_computed, seq.prompt_tokens) // self.page_size
         if seq.cacheable and full > seq.stored_pages:
             self.cache.store_pages(seq.pages, seq.keys, seq.req.prompt, seq.stored_pages, full, now)
@@ -64,12 +88,19 @@ class PagedKV:
 
     def free(self, seq: Sequence) -> None:
         self.live_tokens -= seq.num_computed
-        self.cache.release(seq.pages)
+        self.slot_tokens -= len(seq.pages) * self.page_size
+        self.held_tokens -= seq.kv_tokens
+        seq.kv_tokens = 0
+        self.cache.release(seq.pages, seq.last_read_s)
         seq.pages = []
 
-    def end_step(self) -> int:
-        """The batch step finished: retired pages return to the free list; how many."""
-        return self.cache.end_epoch()
+    def end_step(self, now: float) -> int:
+        """A batch step finished at `now`: a new epoch; retired pages whose readers exited are freed."""
+        return self.cache.end_epoch(now)
+
+    def idle_reclaim(self, now: float) -> float | None:
+        """Nothing runs: free retired pages no reader holds; seconds until more can go, or None."""
+        return self.cache.idle_reclaim(now)
 
     def free_tokens(self) -> int:
         return self.cache.available_pages() * self.page_size
@@ -78,14 +109,16 @@ class PagedKV:
         return self.cache.pool.num_pages * self.page_size
 
     def usage(self) -> KVUsage:
-        pool, pb = self.cache.pool, self.cache.pool.page_bytes
+        pool, pb, tb = self.cache.pool, self.cache.pool.page_bytes, self.token_bytes
         allocated = pool.num_used * pb
+        frag = (self.slot_tokens - self.held_tokens) * tb  # unused slots of requests' last pages
+        block_tables = self.slot_tokens // self.page_size * BLOCK_TABLE_ENTRY_BYTES
         return KVUsage(
             capacity_bytes=pool.num_pages * pb, allocated_bytes=allocated,
-            live_bytes=min(allocated, self.live_tokens * self.token_bytes),
+            live_bytes=max(0, allocated - frag),  # shared pages are full: only last pages have holes
             cached_bytes=pool.num_cached * pb, retired_bytes=pool.num_retired * pb,
-            fragmentation_bytes=max(0, allocated - self.live_tokens * self.token_bytes),
-            pool_bytes=pool.num_pages * pb,
+            fragmentation_bytes=frag, pool_bytes=pool.num_pages * pb, internal_frag_bytes=frag,
+            index_bytes=self.cache.index_overhead_bytes() + block_tables,
         )
 
 
@@ -121,8 +154,11 @@ class ContiguousKV:
         self.live_tokens -= seq.num_computed
         self.alloc.free(seq.req.request_id)
 
-    def end_step(self) -> int:
+    def end_step(self, now: float) -> int:
         return 0
+
+    def idle_reclaim(self, now: float) -> float | None:
+        return None
 
     def free_tokens(self) -> int:
         return (self.alloc.capacity_bytes - self.alloc.used_bytes) // self.token_bytes
@@ -136,4 +172,27 @@ class ContiguousKV:
             capacity_bytes=a.capacity_bytes, allocated_bytes=a.used_bytes,
             live_bytes=self.live_tokens * self.token_bytes, cached_bytes=0, retired_bytes=0,
             fragmentation_bytes=a.fragmentation_bytes(), pool_bytes=a.pool_bytes,
+            internal_frag_bytes=max(0, a.used_bytes - self.live_tokens * self.token_bytes),
         )
+
+
+def paged_kv_from_config(cfg: ExperimentConfig, latency: LatencyModel, node_id: int) -> PagedKV:
+    """One node's paged KV manager as the config asks (pool, index, policies, zone, reclaim)."""
+    from policies import make_policy  # policies import sim.kv views; import them only when building
+
+    c, token_bytes = cfg.cache, cfg.model.kv_bytes_per_token
+    page_bytes = c.page_size * token_bytes
+    num_pages = cfg.kv_capacity_bytes // page_bytes
+    zone = None
+    if c.protected_zone:
+        zone = ProtectedZone(num_pages, c.protected_share, c.protected_window,
+                             int(c.protected_max_fraction * num_pages))
+    cache = PagedKVCache(
+        num_pages, c.page_size, page_bytes,
+        eviction=make_policy("eviction", cfg.policies.eviction),
+        admission=make_policy("admission", cfg.policies.admission),
+        prefix_cache=c.prefix_cache, index=c.index, epoch_reclaim=c.reclaim == "epoch",
+        race_window_s=c.race_window_s, eviction_batch_pages=c.eviction_batch_pages, protected=zone,
+        break_even_tokens=break_even_tokens(latency, c.page_size), node_id=node_id,
+    )
+    return PagedKV(cache, token_bytes)

@@ -1,8 +1,20 @@
-"""A pool of fixed-size KV pages with reference counts and epoch-based reclamation.
+"""A pool of fixed-size KV pages: reference counts, a FIFO free list, and reclamation.
 
 Every page is in exactly one state: FREE (on the free list), USED (referenced by at least one
 running request), CACHED (unreferenced but indexed by the prefix cache, evictable) or RETIRED
-(released, waiting for the end of the batch step before it may be reused).
+(released, held until no reader can still see it).
+
+The reader model (the article's pitfall 3). A batch step reads the pages of its requests, and the
+reader may outlive the step as the scheduler sees it by `race_window_s` (kernels still draining,
+an asynchronous copy: the scheduler runs ahead of the GPU). `read_until_s[p]` is when the last
+reader of page p finishes; handing p to a new owner before then is a use-after-free, counted in
+`use_after_free` (it is ground truth, which the reclamation itself never consults).
+- immediate: a page whose count reaches zero goes straight back to the free list.
+- epoch: it is retired in the current epoch (the number of finished steps). A retired batch returns
+  to the free list once one whole step has finished after it and the readers of the steps before
+  it have exited (epoch-based reclamation, the article's fix); when memory is short, as soon as
+  those readers have exited. A cached page is evicted only once the readers of its last use have
+  exited (else it is retired the same way).
 """
 
 from __future__ import annotations
@@ -11,6 +23,8 @@ from collections import deque
 from enum import IntEnum
 
 import numpy as np
+
+from sim.kv.epochs import Epochs
 
 
 class PageState(IntEnum):
@@ -25,111 +39,158 @@ FREE, USED, CACHED, RETIRED = (int(s) for s in PageState)
 
 
 class PagePool:
-    def __init__(self, num_pages: int, page_size: int, page_bytes: int, epoch_reclaim: bool = True):
-        assert num_pages > 0
+    def __init__(self, num_pages: int, page_size: int, page_bytes: int, epoch_reclaim: bool = True,
+                 race_window_s: float = 0.0):
+        assert num_pages > 0 and race_window_s >= 0
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_bytes = page_bytes
         self.epoch_reclaim = epoch_reclaim
+        self.race_window_s = race_window_s
         self.ref_count = np.zeros(num_pages, dtype=np.int32)
         self.state = np.zeros(num_pages, dtype=np.int8)  # PageState
-        self._free: deque[int] = deque(range(num_pages))
-        self._retired: list[int] = []
+        self.read_until_s = np.full(num_pages, -np.inf)  # when the page's last reader exits
+        self.release_epoch = np.zeros(num_pages, dtype=np.int64)  # epoch its count last hit zero
+        self._ring = np.arange(num_pages, dtype=np.int64)  # FIFO free list: ring[head : head+count]
+        self._head = 0
+        self.num_free = num_pages
+        self.epochs = Epochs()
+        self._retired: deque[tuple[int, np.ndarray]] = deque()  # (retire epoch, pages), oldest first
         self.num_used = 0
         self.num_cached = 0
+        self.num_retired = 0
+        self.peak_retired = 0
+        self.use_after_free = 0
 
     # -- queries ---------------------------------------------------------------------------
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_retired(self) -> int:
-        return len(self._retired)
+    def free_pages(self) -> np.ndarray:
+        """int64 [num_free]: the free list, oldest first."""
+        return self._ring[(self._head + np.arange(self.num_free)) % self.num_pages]
 
     def check_invariants(self) -> None:
-        """Pages conserved; counts never negative; state agrees with the reference count."""
+        """Pages conserved; counts never negative; state agrees with counts and lists."""
         assert self.num_free + self.num_used + self.num_cached + self.num_retired == self.num_pages
         assert (self.ref_count >= 0).all()
         used = self.state == USED
         assert (self.ref_count[used] > 0).all() and (self.ref_count[~used] == 0).all()
         assert int(used.sum()) == self.num_used
         assert int((self.state == CACHED).sum()) == self.num_cached
+        free = self.free_pages()
+        assert np.unique(free).size == free.size and (self.state[free] == FREE).all()
+        assert int((self.state == FREE).sum()) == self.num_free
+        assert sum(p.size for _, p in self._retired) == self.num_retired
+        assert int((self.state == RETIRED).sum()) == self.num_retired
 
-    # -- mechanism -------------------------------------------------------------------------
-    def allocate(self, n: int) -> list[int]:
-        """Take n free pages (caller checked num_free); each starts with one reference."""
-        assert n <= len(self._free), "allocate() without enough free pages"
-        pages = [self._free.popleft() for _ in range(n)]
+    # -- allocation ------------------------------------------------------------------------
+    def allocate(self, n: int, now: float) -> list[int]:
+        """Take the n oldest free pages (caller checked num_free); each starts with one reference."""
+        assert 0 <= n <= self.num_free, "allocate() without enough free pages"
+        pages = self._ring[(self._head + np.arange(n)) % self.num_pages]
+        self._head = (self._head + n) % self.num_pages
+        self.num_free -= n
+        self.use_after_free += int((self.read_until_s[pages] > now).sum())
         self.ref_count[pages] = 1
         self.state[pages] = USED
         self.num_used += n
-        return pages
+        return pages.tolist()
 
-    def ref(self, page: int) -> None:
-        """Add a reference: a cache hit on a USED or CACHED page."""
-        state = self.state[page]
-        assert state in (USED, CACHED), f"ref of page {page} in state {PageState(int(state)).name}"
-        if state == CACHED:
-            self.state[page] = USED
-            self.num_cached -= 1
-            self.num_used += 1
-        self.ref_count[page] += 1
+    def ref_many(self, pages: list[int]) -> None:
+        """Add a reference to each of `pages` (distinct, USED or CACHED): a cache hit."""
+        arr = np.asarray(pages, dtype=np.int64)
+        state = self.state[arr]
+        assert ((state == USED) | (state == CACHED)).all(), "ref of a page that is neither used nor cached"
+        revived = int((state == CACHED).sum())
+        self.state[arr] = USED
+        self.num_cached -= revived
+        self.num_used += revived
+        self.ref_count[arr] += 1
 
-    def unref(self, page: int, keep_cached: bool) -> None:
-        """Drop a reference. At zero the page stays CACHED (indexed) or is released."""
-        assert self.ref_count[page] > 0, f"reference count of page {page} would go negative"
-        self.ref_count[page] -= 1
-        if self.ref_count[page]:
-            return
-        self.num_used -= 1
-        if keep_cached:
-            self.state[page] = CACHED
-            self.num_cached += 1
-        else:
-            self._release(page)
+    def unref_many(self, pages: list[int], indexed: np.ndarray, last_read_s: float = -np.inf) -> np.ndarray:
+        """Drop one reference from each of `pages` (distinct), last read by a step ending at last_read_s.
 
-    def unref_many(self, pages: list[int], indexed: np.ndarray) -> None:
-        """Drop one reference from each of `pages` (distinct); at zero, CACHED if indexed else released."""
+        At zero a page stays CACHED if indexed, else it is released. Returns the pages that hit zero.
+        """
         arr = np.asarray(pages, dtype=np.int64)
         assert (self.ref_count[arr] > 0).all(), "reference count would go negative"
         self.ref_count[arr] -= 1
+        if last_read_s > -np.inf:  # pages are distinct, so a gather-max-scatter is exact
+            self.read_until_s[arr] = np.maximum(self.read_until_s[arr], last_read_s + self.race_window_s)
         zero = arr[self.ref_count[arr] == 0]
-        if zero.size == 0:
-            return
-        self.num_used -= int(zero.size)
-        keep = indexed[zero]
-        cached = zero[keep]
-        self.state[cached] = CACHED
-        self.num_cached += int(cached.size)
-        released = zero[~keep]
-        if released.size:
-            self.state[released] = RETIRED if self.epoch_reclaim else FREE
-            (self._retired if self.epoch_reclaim else self._free).extend(released.tolist())
+        if zero.size:
+            self.num_used -= int(zero.size)
+            self.release_epoch[zero] = self.epochs.epoch
+            keep = indexed[zero]
+            cached = zero[keep]
+            self.state[cached] = CACHED
+            self.num_cached += int(cached.size)
+            released = zero[~keep]
+            if released.size:
+                self._release(released, self.epochs.epoch)
+        return zero
 
-    def evict_many(self, pages: np.ndarray) -> None:
-        """Drop unreferenced cached pages (the prefix cache already unindexed them).
+    def evict_many(self, pages: np.ndarray, now: float) -> None:
+        """Drop unreferenced cached pages (already unindexed by the prefix cache).
 
-        Nobody references a CACHED page, so no step can be reading it: it is free at once.
+        Immediate: free at once. Epoch: free unless a reader of their last use may still run.
         """
         assert (self.state[pages] == CACHED).all()
         self.num_cached -= int(pages.size)
+        if not self.epoch_reclaim:
+            self._push_free(pages)
+            return
+        safe = self.epochs.safe(self.release_epoch[pages], now)
+        self._push_free(pages[safe])
+        if not safe.all():
+            self._release(pages[~safe], self.epochs.epoch)
+
+    # -- reclamation -----------------------------------------------------------------------
+    def end_epoch(self, now: float) -> int:
+        """A batch step finished at `now`: open a new epoch; return retired pages now safe to reuse."""
+        self.epochs.finish_step(now + self.race_window_s)
+        return self._reclaim(now, whole_step=True)
+
+    def reclaim_exited(self, now: float) -> int:
+        """Memory is short: free retired pages whose readers have all exited, without waiting for
+        the next step to end. Returns how many."""
+        return self._reclaim(now, whole_step=False)
+
+    def idle_reclaim(self, now: float) -> float | None:
+        """No step is in flight: free what no reader holds.
+
+        0.0 if pages were freed (retry now), else seconds until the next retired batch's readers
+        exit, or None when nothing is retired.
+        """
+        if self._reclaim(now, whole_step=False):
+            return 0.0
+        if not self._retired:
+            return None
+        return self.epochs.exit_s(self._retired[0][0]) - now
+
+    def _reclaim(self, now: float, whole_step: bool) -> int:
+        freed = 0
+        while self._retired:
+            epoch, pages = self._retired[0]
+            if whole_step and epoch >= self.epochs.epoch or self.epochs.exit_s(epoch) > now:
+                break
+            self._retired.popleft()
+            self.num_retired -= int(pages.size)
+            self._push_free(pages)
+            freed += int(pages.size)
+        return freed
+
+    def _release(self, pages: np.ndarray, epoch: int) -> None:
+        if not self.epoch_reclaim:
+            self._push_free(pages)
+            return
+        self.state[pages] = RETIRED
+        self._retired.append((epoch, pages))
+        self.num_retired += int(pages.size)
+        self.peak_retired = max(self.peak_retired, self.num_retired)
+
+    def _push_free(self, pages: np.ndarray) -> None:
+        n = int(pages.size)
+        if n == 0:
+            return
         self.state[pages] = FREE
-        self._free.extend(pages.tolist())
-
-    def end_epoch(self) -> int:
-        """A whole batch step has finished: no reader can still hold retired pages."""
-        n = len(self._retired)
-        for page in self._retired:
-            self.state[page] = FREE
-            self._free.append(page)
-        self._retired.clear()
-        return n
-
-    def _release(self, page: int) -> None:
-        if self.epoch_reclaim:
-            self.state[page] = RETIRED
-            self._retired.append(page)
-        else:
-            self.state[page] = FREE
-            self._free.append(page)
+        self._ring[(self._head + self.num_free + np.arange(n)) % self.num_pages] = pages
+        self.num_free += n

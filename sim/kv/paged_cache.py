@@ -1,52 +1,59 @@
 """Paged KV cache of one node: page pool + prefix index + the eviction and admission seams.
 
 Mechanism only. Which unreferenced page goes first is the eviction policy's priority (lower goes
-first); whether a request's new pages are indexed for reuse is the admission policy's call.
+first; ties: deeper pages, then lower ids); whether a request's new segment is indexed for reuse is
+the admission policy's call. The cache adds two guards of its own: pages in the protected zone
+(sim/kv/protected_zone.py) are never candidates, and with epoch reclamation a page whose last
+readers may still run is not evicted (it could not be reused yet anyway). Evicting a page unindexes
+its indexed descendants too: no prefix walk can reach them any more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from sim.kv.index_base import ROOT, IndexBase, Match
 from sim.kv.page_pool import CACHED, PagePool
-from sim.kv.prefix_index import ROOT, Match, PrefixIndex
-
-
-@dataclass(slots=True)
-class PageStats:
-    """Per-page arrays an eviction policy reads (indexed by page id)."""
-
-    last_access_s: np.ndarray  # float64: last time a request referenced the page
-    created_s: np.ndarray  # float64: when the page was indexed
-    hit_count: np.ndarray  # int64: references since it was indexed (its first use counts)
-    depth: np.ndarray  # int64: 1-based position of the page in its prefix
-    page_size: int
-
+from sim.kv.prefix_index import TwoLevelIndex
+from sim.kv.protected_zone import ProtectedZone
+from sim.kv.radix_index import RadixIndex
+from sim.kv.views import PageStats, Segment
 
 CacheListener = Callable[[str, list[int], int], None]  # (event "stored"|"removed", page keys, node)
+INDEX_KINDS = ("two_level", "hash_only", "radix")
+
+
+def make_index(kind: str, num_pages: int, page_size: int) -> IndexBase:
+    if kind == "radix":
+        return RadixIndex(num_pages, page_size)
+    assert kind in INDEX_KINDS, kind
+    return TwoLevelIndex(num_pages, page_size, verify_tokens=kind == "two_level")
 
 
 class PagedKVCache:
     def __init__(self, num_pages: int, page_size: int, page_bytes: int, *, eviction, admission,
-                 prefix_cache: bool = True, verify_tokens: bool = True, epoch_reclaim: bool = True,
-                 eviction_batch_pages: int = 64, node_id: int = 0):
-        self.pool = PagePool(num_pages, page_size, page_bytes, epoch_reclaim)
-        self.index = PrefixIndex(num_pages, page_size, verify_tokens)
+                 prefix_cache: bool = True, index: str = "two_level", epoch_reclaim: bool = True,
+                 race_window_s: float = 0.0, eviction_batch_pages: int = 64,
+                 protected: ProtectedZone | None = None, break_even_tokens: int | None = None,
+                 node_id: int = 0):
+        self.pool = PagePool(num_pages, page_size, page_bytes, epoch_reclaim, race_window_s)
+        self.index = make_index(index, num_pages, page_size)
         self.prefix_cache = prefix_cache
         self.eviction = eviction
         self.admission = admission
         self.eviction_batch_pages = eviction_batch_pages
+        self.protected = protected
+        self.break_even_tokens = break_even_tokens or page_size
         self.node_id = node_id
         self.stats = PageStats(
             last_access_s=np.zeros(num_pages), created_s=np.zeros(num_pages),
-            hit_count=np.zeros(num_pages, dtype=np.int64), depth=self.index.depth, page_size=page_size,
+            hit_count=np.zeros(num_pages, dtype=np.int64), depth=self.index.depth,
+            prefix_pages=self.index.prefix_pages, page_size=page_size,
         )
         self.listeners: list[CacheListener] = []
         self.num_evicted_pages = 0
-        self.evicted_depths: list[int] = []  # prefix depth of every evicted page (for reports)
         self.admission_rejected_tokens = 0
 
     @property
@@ -54,17 +61,18 @@ class PagedKVCache:
         return self.pool.page_size
 
     # -- prefix reuse ------------------------------------------------------------------------
-    def match_prefix(self, keys: np.ndarray, prompt: np.ndarray, now: float) -> Match:
+    def match_prefix(self, keys: np.ndarray, prompt: np.ndarray, now: float, first_admission: bool = True) -> Match:
         """Reference the longest cached prefix. At least one prompt token is left to compute."""
         if not self.prefix_cache:
             return Match(pages=[])
         max_pages = (prompt.shape[0] - 1) // self.page_size
         match = self.index.match(keys, prompt, max_pages)
-        for page in match.pages:
-            self.pool.ref(page)
         if match.pages:
+            self.pool.ref_many(match.pages)
             self.stats.last_access_s[match.pages] = now
             self.stats.hit_count[match.pages] += 1
+        if self.protected is not None and first_admission:
+            self.protected.on_request(match.pages)
         return match
 
     def store_pages(self, pages: list[int], keys: np.ndarray, prompt: np.ndarray, first: int,
@@ -96,7 +104,7 @@ class PagedKVCache:
         """Admission policy: may this request's freshly computed segment enter the cache?"""
         if not self.prefix_cache:
             return False
-        if self.admission.admit(new_tokens, already_shared):
+        if self.admission.admit(Segment(new_tokens, already_shared, self.break_even_tokens)):
             return True
         self.admission_rejected_tokens += new_tokens
         return False
@@ -107,27 +115,58 @@ class PagedKVCache:
 
     def allocate(self, n: int, now: float) -> list[int] | None:
         """n pages, evicting unreferenced cached pages if needed; None if even that is short."""
+        if n > self.pool.num_free and self.pool.num_retired:
+            self.pool.reclaim_exited(now)  # retired pages are garbage: reuse them before cached ones
         if n > self.pool.num_free:
             if n > self.available_pages():
                 return None
             self._evict(n - self.pool.num_free, now)
-        return self.pool.allocate(n)
+            if n > self.pool.num_free:
+                return None  # the rest is protected, or still read by a step (epoch)
+        return self.pool.allocate(n, now)
 
-    def release(self, pages: list[int]) -> None:
-        """A request is done with its pages; indexed ones stay cached (evictable), others go."""
-        if pages:
-            self.pool.unref_many(pages, self.index.indexed)
+    def release(self, pages: list[int], last_read_s: float = -np.inf) -> None:
+        """A request that last read its pages at last_read_s is done: indexed pages stay cached."""
+        if not pages:
+            return
+        if last_read_s > -np.inf:  # LRU order = when pages were last used, as vLLM frees tail first
+            arr = np.asarray(pages, dtype=np.int64)
+            self.stats.last_access_s[arr] = np.maximum(self.stats.last_access_s[arr], last_read_s)
+        self.pool.unref_many(pages, self.index.indexed, last_read_s)
 
-    def end_epoch(self) -> int:
-        return self.pool.end_epoch()
+    def end_epoch(self, now: float) -> int:
+        return self.pool.end_epoch(now)
+
+    def idle_reclaim(self, now: float) -> float | None:
+        return self.pool.idle_reclaim(now)
+
+    def protected_pages(self) -> np.ndarray:
+        if self.protected is None:
+            return np.zeros(0, dtype=np.int64)
+        return self.protected.pages(self.index.depth)
+
+    def index_overhead_bytes(self) -> int:
+        return self.index.overhead_bytes()
 
     # -- eviction ----------------------------------------------------------------------------
+    def _candidates(self, now: float) -> np.ndarray:
+        """Evictable pages: cached, outside the protected zone, no reader left (epoch)."""
+        cand = np.flatnonzero(self.pool.state == CACHED)
+        zone = self.protected_pages()
+        if zone.size and cand.size:
+            inside = np.zeros(self.pool.num_pages, dtype=bool)
+            inside[zone] = True
+            cand = cand[~inside[cand]]
+        if self.pool.epoch_reclaim and cand.size:
+            cand = cand[self.pool.epochs.safe(self.pool.release_epoch[cand], now)]
+        return cand
+
     def _evict(self, need: int, now: float) -> None:
         """Free at least `need` pages (and the batch minimum) by the policy's priority order."""
         target = max(need, min(self.eviction_batch_pages, self.pool.num_cached))
         freed = 0
-        while freed < need or (freed < target and self.pool.num_cached):
-            candidates = np.flatnonzero(self.pool.state == CACHED)
+        while freed < target:
+            candidates = self._candidates(now)
             if candidates.size == 0:
                 return
             priority = np.asarray(self.eviction.priority(self.stats, candidates, now), dtype=np.float64)
@@ -137,26 +176,33 @@ class PagedKVCache:
                 candidates, priority = candidates[part], priority[part]
             # Lowest priority first; ties: deeper (tail) pages first, then lower page id.
             order = np.lexsort((candidates, -self.index.depth[candidates], priority))
-            freed += self._evict_pages(candidates[order].tolist())
+            got = self._evict_pages(candidates[order].tolist(), now)
+            if got == 0:
+                return
+            freed += got
 
-    def _evict_pages(self, pages: list[int]) -> int:
-        """Evict pages and their cached descendants, which no prefix walk could reach any more."""
-        removed_keys, evicted = [], []
+    def _evict_pages(self, pages: list[int], now: float) -> int:
+        """Unindex pages and their indexed descendants; free the unreferenced ones."""
+        removed, evicted = [], []
         state, index = self.pool.state, self.index
         stack = pages[::-1]
         while stack:
             p = stack.pop()
-            if state[p] != CACHED or not index.indexed[p]:
+            if not index.indexed[p]:
                 continue
-            removed_keys.append(int(index.page_key[p]))
-            evicted.append(p)
-            stack.extend(c for c in index.remove(p) if state[c] == CACHED)
+            removed.append(p)
+            if state[p] == CACHED:
+                evicted.append(p)
+            stack.extend(index.remove(p).tolist())  # still-used descendants just lose their entry
+        if not removed:
+            return 0
+        removed_arr = np.array(removed, dtype=np.int64)
+        if self.protected is not None:
+            self.protected.on_removed(removed_arr)
+        self._emit("removed", self.index.page_key[removed_arr].tolist())
         if evicted:
-            arr = np.array(evicted, dtype=np.int64)
-            self.evicted_depths.extend(index.depth[arr].tolist())
-            self.pool.evict_many(arr)
+            self.pool.evict_many(np.array(evicted, dtype=np.int64), now)
             self.num_evicted_pages += len(evicted)
-            self._emit("removed", removed_keys)
         return len(evicted)
 
     def _emit(self, event: str, keys: list[int]) -> None:

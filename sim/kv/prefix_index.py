@@ -1,109 +1,158 @@
-"""Two-level prefix index: a short hash screens, the exact tokens decide.
+"""Two-level prefix index: a short hash screens, the exact tokens decide (the article's design).
 
-Level 1 maps a chained page key to a cached page. Level 2 compares the page's token ids and its
-parent with the request's own before any reuse. A level-1 hit that fails level 2 is a false hit:
-counted, never reused. In `hash_only` mode level 2 is skipped (the what-if of the article's
-pitfall 1): a colliding page is reused and its differing tokens counted as wrong reuse.
+Level 1 maps a chained page key (sim/kv/hashing.py, `hash_bits` wide) to a cached page. Level 2
+compares that page's token ids and its parent with the request's own before any reuse; since the
+parent must be the page matched one position earlier, a hit on page k means the whole prefix up to
+k is identical. A level-1 hit that fails level 2 is a false hit: counted, never reused, and the
+walk stops. Colliding pages are all indexed: the first takes the level-1 slot, the others go to an
+overflow table keyed by (key, parent), searched only when the slot misses or fails.
 
-Token ids of indexed pages live in one [num_pages, page_size] table (a copy, so a finished
-prompt can be freed), which makes level 2 one vectorised comparison per lookup.
+`hash_only` (verify=False) is the article's pitfall 1: level 1 is trusted alone. A colliding page is
+reused; each reused page that is not the request's own is counted as a false hit and its
+page_size tokens as wrong reuse (its KV was computed for other tokens or another prefix).
+
+Token ids live in one [num_pages, page_size] table, a copy (so a finished prompt can be freed),
+which makes level 2 one vectorised comparison per lookup.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-ROOT = -1
+from sim.kv.index_base import ROOT, IndexBase, Match
 
 
-@dataclass(slots=True)
-class Match:
-    pages: list[int]  # cached pages reused, in prefix order
-    false_hits: int = 0  # level-1 hits rejected by the exact comparison
-    wrong_reuse_tokens: int = 0  # tokens reused whose ids differ from the request's (hash_only)
-
-
-class PrefixIndex:
+class TwoLevelIndex(IndexBase):
     def __init__(self, num_pages: int, page_size: int, verify_tokens: bool = True):
-        self.page_size = page_size
+        super().__init__(num_pages, page_size)
         self.verify_tokens = verify_tokens
-        self.key_to_page: dict[int, int] = {}
-        self.page_key = np.zeros(num_pages, dtype=np.uint64)
-        self.parent = np.full(num_pages, ROOT, dtype=np.int64)
-        self.depth = np.zeros(num_pages, dtype=np.int64)  # 1-based page position in its prefix
-        self.indexed = np.zeros(num_pages, dtype=bool)
+        # hash_only keeps no token ids (modelled bytes); the simulator still fills token_table as
+        # ground truth, to count wrong reuse.
+        self.token_copy = verify_tokens
+        self.key_to_page: dict[int, int] = {}  # level 1: one slot per short key
+        self.overflow: dict[tuple[int, int], list[int]] = {}  # (key, parent) -> colliding pages
         self.token_table = np.zeros((num_pages, page_size), dtype=np.int32)
-        self.children: dict[int, set[int]] = {}
 
-    def __len__(self) -> int:
-        return len(self.key_to_page)
-
+    # -- lookup ------------------------------------------------------------------------------
     def match(self, keys: np.ndarray, prompt: np.ndarray, max_pages: int) -> Match:
         """Longest cached prefix of `prompt` (keys = its chained page keys), at most max_pages."""
-        candidates = []
+        keys_list = keys[:max_pages].tolist()
+        out = Match(pages=[])
         lookup = self.key_to_page.get
-        for key in keys[:max_pages].tolist():
-            page = lookup(key)
-            if page is None:
+        while len(out.pages) < len(keys_list):
+            start = len(out.pages)
+            run = []
+            for key in keys_list[start:]:
+                page = lookup(key)
+                if page is None:
+                    break
+                run.append(page)
+            parent = out.pages[-1] if out.pages else ROOT
+            if not self.verify_tokens:  # trust level 1: take the whole run, count what is wrong
+                run = _until_repeat(run)
+                bad = int((~self._exact(run, start, parent, prompt)).sum()) if run else 0
+                out.pages += run
+                out.false_hits += bad
+                out.wrong_reuse_tokens += bad * self.page_size
                 break
-            candidates.append(page)
-        if not candidates:
-            return Match(pages=[])
-        pages = np.array(candidates, dtype=np.int64)
-        expected_parent = np.concatenate(([ROOT], pages[:-1]))
-        own = prompt[: pages.size * self.page_size].reshape(pages.size, self.page_size)
-        differs = self.token_table[pages] != own  # [num_candidates, page_size]
-        ok = (self.parent[pages] == expected_parent) & ~differs.any(axis=1)
-        if ok.all():
-            return Match(pages=candidates)
-        if self.verify_tokens:
-            first_bad = int(np.argmin(ok))
-            return Match(pages=candidates[:first_bad], false_hits=1)
-        bad = ~ok
-        wrong = int(differs[bad].sum()) + self.page_size * int((bad & ~differs.any(axis=1)).sum())
-        return Match(pages=candidates, wrong_reuse_tokens=wrong)
+            good = self._exact_prefix(run, start, parent, prompt) if run else 0
+            out.pages += run[:good]
+            pos = start + good
+            if pos >= len(keys_list):
+                break
+            found = self._overflow_exact(keys_list[pos], out.pages[-1] if out.pages else ROOT, prompt, pos)
+            if found is not None:
+                out.pages.append(found)
+                continue
+            out.false_hits += int(good < len(run))  # the slot held a page with another prefix
+            break
+        return out
 
+    def _own(self, prompt: np.ndarray, start: int, n: int) -> np.ndarray:
+        p = self.page_size
+        return prompt[start * p : (start + n) * p].reshape(n, p)
+
+    def _exact(self, run: list[int], start: int, parent: int, prompt: np.ndarray) -> np.ndarray:
+        """bool per page of `run`: same parent chain and same tokens as the request's page."""
+        pages = np.array(run, dtype=np.int64)
+        expected_parent = np.concatenate(([parent], pages[:-1]))
+        same_tokens = (self.token_table[pages] == self._own(prompt, start, len(run))).all(axis=1)
+        return (self.parent[pages] == expected_parent) & same_tokens & self.indexed[pages]
+
+    def _exact_prefix(self, run: list[int], start: int, parent: int, prompt: np.ndarray) -> int:
+        ok = self._exact(run, start, parent, prompt)
+        return len(run) if ok.all() else int(np.argmin(ok))
+
+    def _overflow_exact(self, key: int, parent: int, prompt: np.ndarray, pos: int) -> int | None:
+        if not self.overflow:
+            return None
+        own = self._own(prompt, pos, 1)[0]
+        for page in self.overflow.get((key, parent), ()):
+            if np.array_equal(self.token_table[page], own):
+                return page
+        return None
+
+    # -- updates -----------------------------------------------------------------------------
     def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> int:
         """Index consecutive full pages of one prefix, the first hanging under `parent`.
 
-        tokens: int32 [len(pages), page_size]. Stops at the first key already taken (its page
-        stays unindexed, so nothing below it is reachable). Returns how many were indexed.
+        tokens: int32 [len(pages), page_size]. Stops at the first page already indexed under
+        another id (a duplicate: nothing below it would be reachable through this chain), or, in
+        hash_only mode, at the first key already taken. Returns how many were indexed.
         """
         count = 0
-        taken = self.key_to_page
-        for key in keys:
-            if key in taken:
+        if not self.overflow:  # fast path: leading keys that nobody holds
+            for key in keys:
+                if key in self.key_to_page:
+                    break
+                count += 1
+            self.key_to_page.update(zip(keys[:count], pages[:count], strict=True))
+        while count < len(pages) and self.verify_tokens:
+            chain_parent = pages[count - 1] if count else parent
+            if not self._insert_one(pages[count], keys[count], chain_parent, tokens[count]):
                 break
             count += 1
-        if count == 0:
-            return 0
-        new = pages[:count]
-        arr = np.array(new, dtype=np.int64)
-        taken.update(zip(keys[:count], new, strict=True))
-        self.page_key[arr] = keys[:count]
-        chain_parents = [parent, *new[:-1]]
-        self.parent[arr] = chain_parents
-        base = 0 if parent == ROOT else int(self.depth[parent])
-        self.depth[arr] = np.arange(base + 1, base + 1 + count)
-        self.indexed[arr] = True
-        self.token_table[arr] = tokens[:count]
-        for p, child in zip(chain_parents, new, strict=True):
-            if p != ROOT:
-                self.children.setdefault(p, set()).add(child)
+        if count:
+            self._link(pages[:count], keys[:count], parent)
+            self.token_table[pages[:count]] = tokens[:count]
         return count
 
-    def remove(self, page: int) -> list[int]:
-        """Unindex a page; returns its children, which are now unreachable by prefix walks."""
-        del self.key_to_page[int(self.page_key[page])]
-        self.indexed[page] = False
-        parent = int(self.parent[page])
-        if parent != ROOT:
-            siblings = self.children.get(parent)
-            if siblings is not None:
-                siblings.discard(page)
-        orphans = list(self.children.pop(page, ()))
-        if orphans:
-            self.parent[orphans] = ROOT
-        return orphans
+    def _insert_one(self, page: int, key: int, parent: int, tokens: np.ndarray) -> bool:
+        """Slow path: place one page behind a taken slot or in the overflow; False if a duplicate."""
+        bucket = self.overflow.get((key, parent), [])
+        if any(np.array_equal(self.token_table[p], tokens) for p in bucket):
+            return False
+        holder = self.key_to_page.get(key)
+        if holder is None:
+            self.key_to_page[key] = page
+            return True
+        if self.parent[holder] == parent and np.array_equal(self.token_table[holder], tokens):
+            return False
+        self.overflow.setdefault((key, parent), []).append(page)
+        return True
+
+    def remove(self, page: int) -> np.ndarray:
+        """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
+        children = self.children(page)
+        key = int(self.page_key[page])
+        if self.key_to_page.get(key) == page:
+            del self.key_to_page[key]
+        else:
+            slot = (key, int(self.parent[page]))
+            bucket = self.overflow[slot]
+            bucket.remove(page)
+            if not bucket:
+                del self.overflow[slot]
+        self._unlink(page)
+        return children
+
+
+def _until_repeat(run: list[int]) -> list[int]:
+    """hash_only: a colliding key can point back to a page already in this prefix; stop there
+    (a page sits at one position of a prefix, so a block table cannot list it twice)."""
+    seen: set[int] = set()
+    for i, page in enumerate(run):
+        if page in seen:
+            return run[:i]
+        seen.add(page)
+    return run

@@ -1,0 +1,34 @@
+"""Epochs of one node's batch steps, for epoch-based page reclamation.
+
+Epoch e = the number of batch steps finished so far. The readers of step e (its kernels, or a copy
+that outlives it) exit at `exit_s(e)`; epoch 0 has no readers. A page released in epoch e was
+read only by steps <= e, so it is safe to reuse once every one of those readers has exited. The
+pool's normal path also waits for one whole step after e (the article's rule); under memory
+pressure the scheduler may take a page as soon as its readers have exited (a fence, not a guess).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+
+class Epochs:
+    def __init__(self):
+        self.epoch = 0
+        self._exit_s = [-np.inf]  # exit time of the readers of step e, at index e (monotone)
+
+    def finish_step(self, readers_exit_s: float) -> None:
+        """A step finished; its readers exit at readers_exit_s (never before an earlier step's)."""
+        self.epoch += 1
+        self._exit_s.append(max(readers_exit_s, self._exit_s[-1]))
+
+    def exit_s(self, epoch: int) -> float:
+        """When the readers of every step up to `epoch` have exited."""
+        return self._exit_s[epoch]
+
+    def safe(self, release_epochs: np.ndarray, now: float) -> np.ndarray:
+        """bool per page released in these epochs: may it be reused at `now`?"""
+        last_exited = bisect.bisect_right(self._exit_s, now) - 1  # readers of steps <= this are gone
+        return release_epochs <= last_exited

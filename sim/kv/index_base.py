@@ -1,0 +1,94 @@
+"""What every prefix index shares: a forest of cached pages, one node per full page.
+
+A page's parent is the page before it in its prompt (ROOT for the first page), so a cached prefix
+is a root path and a lookup walks it. The index never owns memory: the page pool does; the index
+only says which USED/CACHED pages can be found again, and by which prefix. Arrays are indexed by
+page id. Implementations: `prefix_index.TwoLevelIndex` (hash screen + exact tokens, or hash only)
+and `radix_index.RadixIndex` (token-exact tree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ROOT = -1
+# Modelled bytes an engine would hold per indexed page, besides its token copy (4 bytes a token):
+# tree links (parent id 8 + depth 8) and eviction statistics (last access, created, hit count:
+# 8 each). The lookup structure's slot is added by each implementation.
+LINK_AND_STATS_BYTES = 16 + 24
+BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 page id per page per running request
+
+
+@dataclass(slots=True)
+class Match:
+    pages: list[int]  # cached pages reused, in prefix order
+    false_hits: int = 0  # level-1 hits whose page is not the request's own (caught, or not)
+    wrong_reuse_tokens: int = 0  # tokens reused whose KV is not the request's own (hash_only)
+
+
+class IndexBase:
+    token_copy = True  # does the index keep a copy of each page's token ids?
+    slot_bytes = 16  # lookup structure's bytes per page (hash or child-map slot: key + pointer)
+
+    def __init__(self, num_pages: int, page_size: int):
+        self.page_size = page_size
+        self.num_indexed = 0
+        self.page_key = np.zeros(num_pages, dtype=np.uint64)  # chained hash, for the routing table
+        self.parent = np.full(num_pages, ROOT, dtype=np.int64)
+        self.depth = np.zeros(num_pages, dtype=np.int64)  # 1-based page position in its prefix
+        self.indexed = np.zeros(num_pages, dtype=bool)
+        self.num_children = np.zeros(num_pages, dtype=np.int32)  # indexed children
+        # Pages of the longest prefix ever indexed through this page: never smaller than a
+        # descendant's, so "longer prefix" scores never favour a tail over its own head.
+        self.prefix_pages = np.zeros(num_pages, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.num_indexed
+
+    @property
+    def entry_bytes(self) -> int:
+        """Modelled index bytes per indexed page (see LINK_AND_STATS_BYTES)."""
+        return self.slot_bytes + LINK_AND_STATS_BYTES + (4 * self.page_size if self.token_copy else 0)
+
+    def overhead_bytes(self) -> int:
+        return self.num_indexed * self.entry_bytes
+
+    def children(self, page: int) -> np.ndarray:
+        """int64: indexed children of `page` (a vectorised scan; eviction needs it rarely)."""
+        if self.num_children[page] == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero((self.parent == page) & self.indexed)
+
+    # -- linkage shared by the implementations -------------------------------------------------
+    def _link(self, pages: list[int], keys: list[int], parent: int) -> None:
+        """Record a chain of new pages under `parent` (pages[i] is the parent of pages[i + 1])."""
+        count = len(pages)
+        arr = np.array(pages, dtype=np.int64)
+        self.page_key[arr] = keys
+        self.parent[arr[1:]] = arr[:-1]
+        self.parent[arr[0]] = parent
+        base = 0 if parent == ROOT else int(self.depth[parent])
+        self.depth[arr] = np.arange(base + 1, base + 1 + count)
+        self.indexed[arr] = True
+        self.num_children[arr[:-1]] += 1
+        self.num_children[arr[-1]] = 0
+        deepest = base + count
+        self.prefix_pages[arr] = deepest
+        if parent != ROOT:
+            self.num_children[parent] += 1
+        while parent != ROOT and self.prefix_pages[parent] < deepest:  # ancestors: amortised
+            self.prefix_pages[parent] = deepest
+            parent = int(self.parent[parent])
+        self.num_indexed += count
+
+    def _unlink(self, page: int) -> None:
+        assert self.indexed[page]
+        self.indexed[page] = False
+        parent = int(self.parent[page])
+        if parent != ROOT and self.indexed[parent]:  # a dragged subtree unlinks its head first
+            self.num_children[parent] -= 1
+        self.parent[page] = ROOT
+        self.num_children[page] = 0
+        self.num_indexed -= 1
