@@ -110,10 +110,8 @@ class Decentralized:
         table = self.tables[self._pick_router()]
         choice = affinity_choice(views, (table.matched_pages(query.keys) * query.page_size).tolist(), self.p)
         table.insert(query.keys, choice)
-        # A node cannot cache more than its pool: forget the oldest beyond that (amortised x1.25).
-        cap = views[choice].kv_capacity_tokens // query.page_size
-        if table.num_pages(choice) > cap * 5 // 4:
-            table.trim(choice, cap)
+        # A node cannot cache more than its pool: forget its least recently routed pages beyond that.
+        table.trim(choice, views[choice].kv_capacity_tokens // query.page_size)
         return choice
 
     def _pick_router(self) -> int:

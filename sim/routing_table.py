@@ -13,6 +13,8 @@ prompt it holds, walking from the first page as a cache lookup does.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 
@@ -79,40 +81,34 @@ class ApproxPrefixTable:
     def __init__(self, num_nodes: int):
         self.num_nodes = num_nodes
         self.key_to_nodes: dict[int, int] = {}
-        # Per node: key -> stamp of the last time a prompt holding it was routed there. Stamps grow
-        # with every insert and, within one prompt, from its tail to its first page, so a prefix
-        # is always newer than its extensions: dropping the oldest stamps removes leaves before
-        # their parents and the tree stays prefix-closed.
-        self.node_stamps: list[dict[int, int]] = [{} for _ in range(num_nodes)]
-        self._clock = 0
+        # Per node: its keys from least to most recently routed. A prompt's keys are touched tail
+        # first, so a prefix is always more recent than its extensions: dropping from the old end
+        # removes leaves before their parents, and the tree stays prefix-closed.
+        self.node_keys: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(num_nodes)]
 
     def matched_pages(self, keys: np.ndarray) -> np.ndarray:
         return longest_prefix(self.key_to_nodes, keys, self.num_nodes)
 
     def num_pages(self, node: int) -> int:
-        return len(self.node_stamps[node])
+        return len(self.node_keys[node])
 
     def insert(self, keys: np.ndarray, node: int) -> None:
         """The router sent a prompt with these page keys to `node`."""
-        table, bit, stamps = self.key_to_nodes, 1 << node, self.node_stamps[node]
-        clock = self._clock
+        table, bit, recent = self.key_to_nodes, 1 << node, self.node_keys[node]
+        touch = recent.move_to_end
         for key in reversed(keys.tolist()):
-            if key not in stamps:
+            if key in recent:
+                touch(key)
+            else:
+                recent[key] = None
                 table[key] = table.get(key, 0) | bit
-            stamps[key] = clock
-            clock += 1
-        self._clock = clock
 
     def trim(self, node: int, max_pages: int) -> int:
         """Drop the node's least recently routed pages until it holds at most max_pages."""
-        stamps = self.node_stamps[node]
-        excess = len(stamps) - max_pages
-        if excess <= 0:
-            return 0
-        clear = ~(1 << node)
-        oldest = sorted(stamps, key=stamps.__getitem__)[:excess]
-        for key in oldest:
-            del stamps[key]
+        recent, clear = self.node_keys[node], ~(1 << node)
+        excess = max(0, len(recent) - max_pages)
+        for _ in range(excess):
+            key, _ = recent.popitem(last=False)
             holders = self.key_to_nodes[key] & clear
             if holders:
                 self.key_to_nodes[key] = holders
