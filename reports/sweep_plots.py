@@ -1,7 +1,7 @@
 """Sweep plots as inline SVG strings: heatmap over two axes, line over one axis, Pareto scatter.
 
-Axis values are matched as text (str of the value), so numbers, strings, booleans and JSON
-sections read back from the CSV line up with the plan's values. Math text is off so a `$` in a
+Axis values are matched by `_key` (numbers by value, the rest as text), so values read back
+from the CSV line up with the plan's. Math text is off so a `$` in a
 value is printed, not parsed; matplotlib escapes every string it writes into the SVG.
 """
 
@@ -27,13 +27,24 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]
 
 
+def _key(value) -> str:
+    """Match key of an axis value: numbers by value (16 == 16.0, as the CSV may read them back),
+    everything else by its text."""
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    try:
+        return repr(float(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _mean_by(df: pd.DataFrame, keys: list[str], metric: str) -> pd.Series:
-    return df.assign(**{k: df[k].astype(str) for k in keys}).groupby(keys)[metric].mean()
+    return df.assign(**{k: df[k].map(_key) for k in keys}).groupby(keys)[metric].mean()
 
 
 def heatmap_svg(df: pd.DataFrame, x: str, x_order: list, y: str, y_order: list, metric: str, label: str) -> str:
     means = _mean_by(df, [x, y], metric)
-    xs, ys = [str(v) for v in x_order], [str(v) for v in y_order]
+    xs, ys = [_key(v) for v in x_order], [_key(v) for v in y_order]
     grid = np.full((len(ys), len(xs)), np.nan)  # [y value, x value]
     for (xv, yv), value in means.items():
         if xv in xs and yv in ys:
@@ -44,8 +55,9 @@ def heatmap_svg(df: pd.DataFrame, x: str, x_order: list, y: str, y_order: list, 
         for (i, j), value in np.ndenumerate(grid):
             if not np.isnan(value):
                 ax.text(j, i, f"{value:.3g}", ha="center", va="center", color="w", fontsize=7)
-        ax.set_xticks(range(len(xs)), xs, rotation=30 if max(map(len, xs)) > 6 else 0)
-        ax.set_yticks(range(len(ys)), ys)
+        x_labels, y_labels = [str(v) for v in x_order], [str(v) for v in y_order]
+        ax.set_xticks(range(len(xs)), x_labels, rotation=30 if max(map(len, x_labels)) > 6 else 0)
+        ax.set_yticks(range(len(ys)), y_labels)
         ax.set(xlabel=x, ylabel=y, title=label)
         fig.colorbar(image, ax=ax)
         return _svg(fig)
@@ -61,7 +73,7 @@ def _numeric(values: list) -> np.ndarray | None:
 
 def line_svg(df: pd.DataFrame, x: str, x_order: list, metric: str, label: str) -> str:
     means = _mean_by(df, [x], metric)
-    keys = [str(v) for v in x_order]
+    keys = [_key(v) for v in x_order]
     ys = np.array([means.get(k, np.nan) for k in keys])
     numeric = _numeric(x_order)
     with plt.rc_context(_RC):
@@ -72,7 +84,7 @@ def line_svg(df: pd.DataFrame, x: str, x_order: list, metric: str, label: str) -
                 ax.set_xscale("log", base=2)
         else:
             ax.plot(range(len(keys)), ys, marker="o")
-            ax.set_xticks(range(len(keys)), keys)
+            ax.set_xticks(range(len(keys)), [str(v) for v in x_order])
         ax.set(xlabel=x, ylabel=label, title=label)
         ax.grid(alpha=0.3)
         return _svg(fig)

@@ -8,7 +8,6 @@ TTFT; the best configuration per objective with its config ready to paste; the f
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +25,7 @@ from reports.sweep_analysis import (
     records,
 )
 from reports.sweep_plots import heatmap_svg, line_svg, pareto_svg
+from sim.sweep_store import cell
 
 _CSS = ("body{font-family:sans-serif;max-width:1150px;margin:auto}table{border-collapse:collapse;font-size:13px}"
         "td,th{padding:3px 7px;border-bottom:1px solid #ddd;text-align:right}pre{background:#f6f6f6;"
@@ -114,8 +114,8 @@ def _metric_section(data: SweepData, configs: pd.DataFrame) -> list[str]:
 
 
 def _cells(values: list) -> list:
-    """Axis values as the table holds them (sections as JSON)."""
-    return [json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v for v in values]
+    """Axis values as the table holds them."""
+    return [cell(v) for v in values]
 
 
 def _points_table(data: SweepData) -> list[str]:

@@ -88,7 +88,7 @@ def _register_kernels(sub) -> None:
 
 
 # Each entry is a module with `register(subparsers)`; a feature adds its subcommands there.
-COMMAND_MODULES = ["sim.cli", "reports.cli", "sim.sweep", "workloads.cli"]
+COMMAND_MODULES = ["sim.cli", "reports.cli", "sim.sweep", "sim.tune", "workloads.cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:

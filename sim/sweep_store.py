@@ -94,7 +94,7 @@ def build_table(sweep: Sweep, records: dict[str, dict]) -> pd.DataFrame:
             continue
         metrics = record.get("metrics") or {}
         metric_names.update(dict.fromkeys(metrics))
-        row = {"point": p.index, **{k: _cell(v) for k, v in p.values.items()}}
+        row = {"point": p.index, **{k: cell(v) for k, v in p.values.items()}}
         row.update(status=record["status"], **metrics, latency_model=record.get("latency_model"),
                    wall_s=record["wall_s"], error=record.get("error"), point_id=p.point_id)
         rows.append(row)
@@ -116,9 +116,10 @@ def write_parquet(df: pd.DataFrame, path: Path) -> bool:
     return True
 
 
-def _cell(value):
-    """Axis values in a table cell: scalars as they are, sections (dicts, lists) as JSON."""
-    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
+def cell(value):
+    """An axis value in a table cell: scalars as they are; null and sections (dicts, lists) as
+    JSON text, so a null value ("use the derived default") stays distinct from a missing cell."""
+    return json.dumps(value, sort_keys=True) if value is None or isinstance(value, dict | list) else value
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -1,7 +1,7 @@
 """`kvsched tune --model PRESET`: the article's per-model template (section 7): sweep, then choose.
 
-For one model preset it sweeps the page size, the scored eviction's frequency/length weights and
-half-life, its protected-zone share and the admission threshold on a workload, and writes:
+For one model preset it sweeps the page size, the scored eviction's half-life and prefix-length
+weight, the protected-zone share and the admission threshold on a workload, and writes:
   DIR/sweep.yaml   the generated sweep (re-run or edit it with `kvsched sweep`)
   DIR/sweep.csv, points.jsonl, report.html   as `kvsched sweep` writes them
   DIR/tuned.yaml   the chosen config, ready for `kvsched run --config DIR/tuned.yaml`
@@ -20,15 +20,18 @@ from sim.config import ConfigError, load_config_file
 from sim.sweep import add_backend_args, finish, run_sweep
 from sim.sweep_spec import parse_sweep
 
-# The template. Values bracket each default; the page sizes span the article's 16 both ways.
+# The template. Values bracket each default; the page sizes span the article's 16 both ways;
+# min_tokens null = the break-even length derived from the model's rebuild cost.
 TUNE_POLICIES = {"eviction": {"name": "scored"}, "admission": {"name": "threshold"}}
+TUNE_CACHE = {"protected_zone": True}
 TUNE_AXES: dict[str, list] = {
     "cache.page_size": [8, 16, 32, 64],
-    "policies.eviction.params.half_life_s": [30.0, 300.0],
-    "policies.eviction.params.length_weight": [0.0, 1.0],
-    "policies.eviction.params.protected_share": [0.5, 0.95],
-    "policies.admission.params.min_tokens": [0, 32, 128],
+    "policies.eviction.params.half_life_s": [15.0, 120.0],
+    "policies.eviction.params.length_weight": [0.0, 2.0],
+    "cache.protected_share": [0.5, 0.95],
+    "policies.admission.params.min_tokens": [None, 0, 512],
 }
+DEFAULT_DURATION_S = 60.0
 
 
 def tune_spec(model: str, base: dict, workload: str | None, duration_s: float | None, seeds: list[int],
@@ -37,8 +40,9 @@ def tune_spec(model: str, base: dict, workload: str | None, duration_s: float | 
     base = {**base, "model": model, "name": f"tune-{model}"}
     if workload is not None and workload != (base.get("workload") or {}).get("name"):
         base["workload"] = {"name": workload}
-    if duration_s is not None:
-        base["duration_s"] = duration_s
+    if duration_s is not None or "duration_s" not in base:
+        base["duration_s"] = duration_s or DEFAULT_DURATION_S
+    base["cache"] = {**(base.get("cache") or {}), **TUNE_CACHE}
     policies = dict(base.get("policies") or {})
     for kind, spec in TUNE_POLICIES.items():
         if (policies.get(kind) or {}).get("name") != spec["name"]:
@@ -120,7 +124,8 @@ def register(sub) -> None:
     p.add_argument("--model", required=True, help="model preset (article-70b, llama-3-8b, ...)")
     p.add_argument("--base", help="base experiment config (cluster, node, workload); default: the seed study")
     p.add_argument("--workload", help="workload name (replaces the base's workload and its params)")
-    p.add_argument("--duration", type=float, help="simulated seconds per point")
+    p.add_argument("--duration", type=float, help=f"simulated seconds per point (default: the base's, "
+                   f"else {DEFAULT_DURATION_S:g})")
     p.add_argument("--seeds", help="comma-separated seeds; metrics are averaged over them (default 1)")
     p.add_argument("--budget", type=int, help="random sample of this many points instead of the whole grid")
     p.add_argument("--objective", choices=list(OBJECTIVES), default="throughput")
