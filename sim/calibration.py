@@ -20,6 +20,7 @@ in tokens, batch or context); below the first point the first value is kept (a l
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -232,6 +233,12 @@ class CalibratedLatency:
         return math.fsum(b.values())
 
 
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int) -> dict:
+    """load_calibration once per file version: every cluster of a sweep builds a latency model."""
+    return load_calibration(path)
+
+
 def calibrated_latency_for(
     model: Any, gpu: Any, tp: int, directory: Path
 ) -> CalibratedLatency | None:
@@ -242,5 +249,5 @@ def calibrated_latency_for(
     path = Path(directory) / gpu.calibration
     if not path.is_file():
         return None
-    table = find_table(load_calibration(path), model, tp)
+    table = find_table(_load_cached(str(path), path.stat().st_mtime_ns), model, tp)
     return None if table is None else CalibratedLatency(model, gpu, tp, table)

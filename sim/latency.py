@@ -84,4 +84,7 @@ class RooflineLatency:
 
 def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyModel:
     """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline."""
-    return RooflineLatency(model, gpu, tp)
+    from sim.calibration import calibrated_latency_for
+
+    calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
+    return calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
