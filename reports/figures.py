@@ -22,6 +22,9 @@ STYLE = {
     "svg.fonttype": "none", "font.family": "sans-serif", "font.size": 9, "axes.titlesize": 10,
     "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
     "legend.fontsize": 8, "legend.frameon": False, "figure.dpi": 96,
+    # Plain numbers on axes: no "1e6" offset label a reader has to multiply in.
+    "axes.formatter.useoffset": False, "axes.formatter.limits": (-4, 12),
+    "axes.formatter.use_locale": False,
 }
 # Colour-blind-safe palette (Okabe-Ito), then tab10 for runs with many arms.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
@@ -52,6 +55,11 @@ def mpl_label(text: str) -> str:
     starting mathtext, and a leading "_" (which hides a legend entry) is kept visible."""
     text = text.replace("$", r"\$")
     return "\u200b" + text if text.startswith("_") else text
+
+
+def thousands(axis) -> None:
+    """Tick labels with thousands separators (3,000,000 rather than 3000000)."""
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"))
 
 
 def log_axis(ax, which: str) -> None:

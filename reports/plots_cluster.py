@@ -20,6 +20,7 @@ from reports.figures import (
     legend_outside,
     mpl_label,
     new_figure,
+    thousands,
 )
 from reports.rundata import Arm
 
@@ -168,6 +169,7 @@ def requests_per_node_figure(arms: list[Arm]) -> str | None:
                color=color(i), label=mpl_label(f"{arm.label} (max/mean {imbalance:.2f})"))
     ax.set_xticks(range(len(nodes)), [str(n) for n in nodes])
     ax.set(title="Requests routed per node", xlabel="node (id)", ylabel="requests routed (count)")
+    thousands(ax.yaxis)
     legend_outside(ax)
     caption = ("Equal bars mean the router spreads work evenly; one tall bar is a hot-spot node (the "
                "legend gives each arm's max/mean ratio).")

@@ -15,6 +15,7 @@ from reports.figures import (
     mpl_label,
     new_figure,
     scatter_keep,
+    thousands,
 )
 from reports.rundata import Arm
 
@@ -107,6 +108,7 @@ def gain_figure(arms: list[Arm]) -> str:
     for ax, (key, title, ylabel, better, scale) in zip(axes[0], panels, strict=True):
         _step_bars(ax, labels, [number(a.metrics.get(key)) for a in arms], better, scale)
         ax.set(title=f"{title}: step per arm", ylabel=ylabel, xlabel="arm (in run order)")
+        thousands(ax.yaxis)
     caption = ("Each arm is drawn as the step from the arm before it (green = better, red = worse), so "
                "the bars read as what each added mechanism bought; grey is the first arm.")
     return figure_html(fig, "gain", "Gain decomposition", caption)

@@ -20,6 +20,7 @@ from reports.figures import (
     legend_outside,
     mpl_label,
     new_figure,
+    thousands,
 )
 from reports.rundata import Arm
 from sim.metrics import SERIES_COLUMNS
@@ -88,8 +89,9 @@ def _bars(arms: list[Arm], keys: list[str], title: str, fig_key: str) -> str:
             ax.text(i, v, f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(arms)), [mpl_label(a.label) for a in arms], rotation=20, ha="right")
         ax.set(title=m.label, xlabel="arm", ylabel=header(key) if m.unit else f"{m.label} (count)")
+        thousands(ax.yaxis)
     fig.suptitle(title)
-    return figure_html(fig, fig_key, title, "One bar per arm, from summary.json: the broken arm and its fix side by side.")
+    return figure_html(fig, fig_key, title, "One bar per arm, from summary.json: put the arm that shows the problem next to the arm that fixes it.")
 
 
 def _cumulative(arms: list[Arm], cols: list[str], title: str, fig_key: str) -> str:
@@ -101,6 +103,7 @@ def _cumulative(arms: list[Arm], cols: list[str], title: str, fig_key: str) -> s
                 r = r.dropna(subset=["finish_s"]).sort_values("finish_s")
                 ax.step(r.finish_s, r[col].fillna(0).cumsum(), where="post", color=color(i), label=mpl_label(a.label))
         ax.set(title=metric(col).label, xlabel="simulated time at request finish (s)", ylabel=f"cumulative {metric(col).label} (count)")
+        thousands(ax.yaxis)
     legend_outside(axes[0, -1])
     fig.suptitle(title)
     return figure_html(fig, fig_key, title, "Cumulative count over the run: a line that keeps rising is a problem that keeps happening.")

@@ -57,13 +57,16 @@ def gain_steps_table(arms: list[Arm]) -> str:
 
 
 def _signed_ratio(r: float, better: int) -> str:
-    cls = "good" if (r - 1) * better > 1e-9 else "bad" if (r - 1) * better < -1e-9 else ""
+    """Coloured only when the shown value moved: a red "x1.00" would flag noise as a loss."""
+    shown = round(r, 2)
+    cls = "good" if (shown - 1) * better > 0 else "bad" if (shown - 1) * better < 0 else ""
     return f'<span class="{cls}">&times;{r:.2f}</span>'
 
 
 def _signed_points(d: float) -> str:
-    cls = "good" if d > 1e-9 else "bad" if d < -1e-9 else ""
-    return f'<span class="{cls}">{d:+.1f} pts</span>'
+    shown = round(d, 1)
+    cls = "good" if shown > 0 else "bad" if shown < 0 else ""
+    return f'<span class="{cls}">{shown + 0.0:+.1f} pts</span>'
 
 
 def tag_table(arms: list[Arm]) -> str:
