@@ -61,16 +61,11 @@ class Node:
     def serve(self):
         while True:
             if not self.running and not self.waiting:
-                self._wakeup = self.env.event()
-                yield self._wakeup
+                yield from self._idle()
+                continue
             batch = self.schedule()
-            if not batch:  # no step is in flight: retired pages come back once their readers exit
-                wait_s = self.kv.idle_reclaim(self.env.now)
-                if wait_s is None:  # nothing fits and nothing runs or retires that could free memory
-                    self._wakeup = self.env.event()
-                    yield self._wakeup
-                elif wait_s > 0:
-                    yield self.env.timeout(wait_s)
+            if not batch:  # nothing fits and nothing runs: wait for memory or new work
+                yield from self._idle()
                 continue
             plan = self._plan(batch)
             step_s = self.latency.step_time_s(plan)
@@ -80,6 +75,15 @@ class Node:
             self.busy_s += step_s
             self.num_steps += 1
             self.apply(batch)
+
+    def _idle(self):
+        """No step is in flight: retired pages come back as their last readers exit (at once, or
+        after a wait); otherwise sleep until new work or memory arrives."""
+        self._wakeup = self.env.event()
+        wait_s = self.kv.idle_reclaim(self.env.now)
+        if wait_s == 0.0:
+            return  # pages came back: try again now
+        yield self._wakeup if wait_s is None else self._wakeup | self.env.timeout(wait_s)
 
     def schedule(self) -> list[tuple[Sequence, int, bool]]:
         """Pick (sequence, new tokens, is prefill) for one step; allocates their KV."""
