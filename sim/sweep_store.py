@@ -111,7 +111,9 @@ def write_parquet(df: pd.DataFrame, path: Path) -> bool:
     except ImportError:
         return False
     tmp = path.with_name(path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
+    # An axis may mix types (null and numbers, say): parquet columns hold one type, so text.
+    mixed = [c for c in df.columns if df[c].dtype == object]
+    df.astype({c: "string" for c in mixed}).to_parquet(tmp, index=False)
     os.replace(tmp, path)
     return True
 
