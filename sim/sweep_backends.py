@@ -61,8 +61,15 @@ def failed_record(task: dict, error: str) -> dict:
 
 
 # -- local process pool ------------------------------------------------------------------------
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwind, so the interpreter's exit clean-up still runs
+
+
 def _worker_main(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
+    # The parent ends a point in flight with SIGTERM; exiting through SystemExit (not the default
+    # kill) lets multiprocessing unlink the semaphores this process created.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     while True:
         try:
             task = conn.recv()
