@@ -22,12 +22,14 @@ if TYPE_CHECKING:
 REQUEST_COLUMNS = [
     "request_id", "arm", "node", "tag", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
     "cached_tokens", "output_tokens", "preemptions", "false_hits", "wrong_reuse_tokens", "status",
-    "routed_s",
+    "routed_s", "use_after_free",
 ]
 SERIES_COLUMNS = [
     "time_s", "node", "kv_capacity_bytes", "kv_pool_bytes", "kv_allocated_bytes", "kv_live_bytes",
     "kv_cached_bytes", "kv_retired_bytes", "kv_fragmentation_bytes", "waiting", "running", "load",
     "hit_tokens", "prompt_tokens",
+    # KV cache engine (sim/kv/): counts are cumulative per node, the rest are gauges
+    "kv_internal_frag_bytes", "index_overhead_bytes", "protected_pages", "evicted_pages", "use_after_free",
 ]
 
 
@@ -52,6 +54,7 @@ class Recorder:
                 u.cached_bytes, u.retired_bytes, u.fragmentation_bytes, len(node.waiting),
                 len(node.running), load, cluster.hit_tokens,
                 cluster.prompt_tokens,
+                u.internal_frag_bytes, u.index_bytes, *_cache_counters(node.kv),
             ))
 
     def series(self) -> pd.DataFrame:
@@ -62,7 +65,7 @@ def request_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
     rows = [(
         s.req.request_id, arm, s.node, s.req.tag, s.arrival_s, s.first_token_s, s.finish_s,
         s.prompt_tokens, s.cached_tokens, s.num_generated, s.preemptions, s.false_hits,
-        s.wrong_reuse_tokens, s.status.value, s.routed_s,
+        s.wrong_reuse_tokens, s.status.value, s.routed_s, s.use_after_free,
     ) for s in cluster.sequences]
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
@@ -111,12 +114,37 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "wrong_reuse_tokens": int(requests.wrong_reuse_tokens.sum()),
         "evicted_pages": int(sum(c.num_evicted_pages for c in caches)),
         "admission_rejected_tokens": int(sum(c.admission_rejected_tokens for c in caches)),
+        **_cache_engine(series, caches),
         "mean_node_busy": float(np.mean([n.busy_s for n in cluster.nodes])) / duration,
         **_routing_balance(requests, series, cluster),
     }
     if getattr(cluster, "placement", None) is not None:  # KV across nodes: network bytes, links
         out.update(cluster.placement.summary(duration))
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+
+def _cache_counters(kv) -> tuple[int, int, int]:
+    """(protected pages now, evicted pages so far, use-after-free so far) of a paged node."""
+    cache = getattr(kv, "cache", None)
+    if cache is None:
+        return 0, 0, 0
+    return int(cache.protected_pages().size), cache.num_evicted_pages, cache.pool.use_after_free
+
+
+def _cache_engine(series: pd.DataFrame, caches: list) -> dict:
+    """The KV engine's own metrics: sums over nodes; gauges are taken over the sample times."""
+    per_time = series.groupby("time_s")[["kv_internal_frag_bytes", "index_overhead_bytes",
+                                         "protected_pages", "kv_retired_bytes"]].sum()
+    empty = per_time.empty
+    return {
+        "use_after_free": int(sum(c.pool.use_after_free for c in caches)),
+        "protected_pages": 0 if empty else int(per_time.protected_pages.max()),  # peak, all nodes
+        "internal_fragmentation_bytes": 0.0 if empty else float(per_time.kv_internal_frag_bytes.mean()),
+        "index_overhead_bytes": 0 if empty else int(per_time.index_overhead_bytes.max()),  # peak
+        # What epoch reclamation holds back: retired pages waiting for their readers (all nodes).
+        "mean_retired_kv_bytes": 0.0 if empty else float(per_time.kv_retired_bytes.mean()),
+        "peak_retired_kv_bytes": max((c.pool.peak_retired * c.pool.page_bytes for c in caches), default=0),
+    }
 
 
 def _ratio_max_mean(values: np.ndarray) -> float:
