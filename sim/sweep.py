@@ -60,17 +60,18 @@ class _StopOnSignal:
 def run_sweep(sweep: Sweep, out_dir: str | Path, backend: str = "local", workers: int | None = None,
               ray_address: str | None = None, show_progress: bool = True, restart: bool = False) -> SweepOutcome:
     store = SweepStore(out_dir, sweep)
-    store.open(restart)
-    todo = [p for p in sweep.points if not store.is_done(p)]
+    store.read(restart)
     tasks = [{"point_id": p.point_id, "index": p.index, "arm": p.arm, "values": p.values, "config": p.config}
-             for p in todo]
-    done, failed = store.counts()
-    bar = tqdm(total=len(sweep.points), initial=done, desc=sweep.spec.name, unit="pt", disable=not show_progress,
-               dynamic_ncols=True)
-    bar.set_postfix(failed=failed)
-    stop = _StopOnSignal()
+             for p in sweep.points if not store.is_done(p)]
+    # The backend first: a Ray cluster that cannot be reached fails before --out is touched.
     pool = make_backend(backend, workers or os.cpu_count() or 1, ray_address) if tasks else None
+    stop = _StopOnSignal()
+    bar = None
     try:
+        store.open(restart)
+        done, failed = store.counts()
+        bar = tqdm(total=len(sweep.points), initial=done, desc=sweep.spec.name, unit="pt",
+                   disable=not show_progress, dynamic_ncols=True, postfix={"failed": failed})
         with stop:
             for record in pool.run(tasks, stop) if pool else ():
                 store.append(record)
@@ -80,19 +81,26 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, backend: str = "local", workers
     finally:
         if pool is not None:
             pool.close()
-        bar.close()
-        table = store.write_table(parquet=True)
+        if bar is not None:
+            bar.close()
+            table = store.write_table(parquet=True)
     done, failed = store.counts()
     return SweepOutcome(table, len(sweep.points), done, failed, stop.signum)
 
 
 def cmd_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError("--workers: must be at least 1")
+    check_backend_args(args)
     outcome = run_sweep(sweep, args.out, args.backend, args.workers, args.ray_address,
                         show_progress=not args.quiet, restart=args.restart)
     return finish(outcome, sweep, Path(args.out), write_report=not args.no_report)
+
+
+def check_backend_args(args) -> None:
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("--workers: must be at least 1")
+    if args.ray_address and args.backend != "ray":
+        raise ConfigError("--ray-address: only with --backend ray")
 
 
 def finish(outcome: SweepOutcome, sweep: Sweep, out: Path, write_report: bool) -> int:

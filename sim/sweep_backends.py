@@ -165,7 +165,12 @@ class RayPool:
         self.ray = ray
         self.owns_instance = not ray.is_initialized()
         if self.owns_instance:
-            ray.init(**_ray_init_kwargs(address, num_cpus))
+            try:
+                ray.init(**_ray_init_kwargs(address, num_cpus))
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise ConfigError(f"--ray-address: cannot start or join {where}: "
+                                  f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
         self.remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
         self.in_flight: dict = {}  # object ref -> task
 
@@ -206,7 +211,7 @@ def _ray_init_kwargs(address: str | None, num_cpus: int | None) -> dict:
                 runtime_env={"working_dir": str(root), "excludes": SHIP_EXCLUDES})
 
 
-SHIP_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", "*.parquet", "*.html", "tests", "docs"]
+SHIP_EXCLUDES = ["runs", "**/__pycache__", "*.parquet", "*.html", "tests", "docs"]
 
 
 def make_backend(name: str, workers: int, ray_address: str | None):

@@ -33,19 +33,23 @@ class SweepStore:
         self.sweep = sweep
         self.records: dict[str, dict] = {}  # point id -> its latest record
 
-    def open(self, restart: bool = False) -> None:
-        """Create the directory, write the plan, and read what earlier runs finished."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def read(self, restart: bool = False) -> None:
+        """Read what earlier runs finished (nothing if restarting); writes nothing."""
         journal = self.dir / JOURNAL
+        if restart or not journal.exists():
+            return
+        _cut_torn_tail(journal)
+        for line in journal.read_text().splitlines():
+            record = json.loads(line)
+            self.records[record["point_id"]] = record
+
+    def open(self, restart: bool = False) -> None:
+        """Create the directory and write the plan (after `read`: restarting drops the results)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         if restart:
             for name in (JOURNAL, TABLE_CSV, TABLE_PARQUET):
                 (self.dir / name).unlink(missing_ok=True)
         _write_atomic(self.dir / PLAN, json.dumps(self._plan(), indent=1, default=str) + "\n")
-        if journal.exists():
-            _cut_torn_tail(journal)
-            for line in journal.read_text().splitlines():
-                record = json.loads(line)
-                self.records[record["point_id"]] = record
 
     def _plan(self) -> dict:
         spec = self.sweep.spec.model_dump(mode="json")

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from sim.config import ConfigError, load_config_file
-from sim.sweep import add_backend_args, finish, run_sweep
+from sim.sweep import add_backend_args, check_backend_args, finish, run_sweep
 from sim.sweep_spec import parse_sweep
 
 # The template. Values bracket each default; the page sizes span the article's 16 both ways;
@@ -95,6 +95,7 @@ def write_choice(out: Path, row: dict, objective: str, max_p99: float | None) ->
 
 def cmd_tune(args) -> int:
     _check_model(args.model)
+    check_backend_args(args)
     base = load_config_file(args.base) if args.base else {}
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [1]
     spec = tune_spec(args.model, base, args.workload, args.duration, seeds, args.budget)
