@@ -171,11 +171,12 @@ class PagedKVCache:
                 return
             priority = np.asarray(self.eviction.priority(self.stats, candidates, now), dtype=np.float64)
             k = min(candidates.size, target - freed)
-            if k < candidates.size:
-                part = np.argpartition(priority, k - 1)[:k]
-                candidates, priority = candidates[part], priority[part]
+            if k < candidates.size:  # the k lowest, plus every page tied with the k-th
+                kth = priority[np.argpartition(priority, k - 1)[k - 1]]
+                keep = priority <= kth
+                candidates, priority = candidates[keep], priority[keep]
             # Lowest priority first; ties: deeper (tail) pages first, then lower page id.
-            order = np.lexsort((candidates, -self.index.depth[candidates], priority))
+            order = np.lexsort((candidates, -self.index.depth[candidates], priority))[:k]
             got = self._evict_pages(candidates[order].tolist(), now)
             if got == 0:
                 return

@@ -101,12 +101,13 @@ class TwoLevelIndex(IndexBase):
         hash_only mode, at the first key already taken. Returns how many were indexed.
         """
         count = 0
-        if not self.overflow:  # fast path: leading keys that nobody holds
-            for key in keys:
-                if key in self.key_to_page:
+        if not self.overflow:  # fast path: leading keys that nobody holds (this chain included)
+            slots = self.key_to_page
+            for key, page in zip(keys, pages, strict=True):
+                if key in slots:
                     break
+                slots[key] = page
                 count += 1
-            self.key_to_page.update(zip(keys[:count], pages[:count], strict=True))
         while count < len(pages) and self.verify_tokens:
             chain_parent = pages[count - 1] if count else parent
             if not self._insert_one(pages[count], keys[count], chain_parent, tokens[count]):
