@@ -23,7 +23,7 @@ def test_whole_runs_pair_arms_by_name_and_write_html(tiny_run, tmp_path, capsys)
     out = tmp_path / "cmp.html"
     assert main(["compare", str(tiny_run), str(tiny_run), "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert text.count("metric ") == 4  # one table per arm
+    assert text.count("metric ") == 3  # one table per arm
     page = out.read_text()
     assert "<script" not in page and 'id="fig-cdf-ttft"' in page and "A: engine" in page and "B: engine" in page
 
@@ -37,4 +37,4 @@ def test_identical_sides_have_zero_deltas(tiny_run):
 def test_unknown_arm_exits_2(tiny_run, capsys):
     assert main(["compare", f"{tiny_run}:nope", str(tiny_run)]) == 2
     err = capsys.readouterr().err
-    assert "unknown arm 'nope'" in err and "allowed: openclaw, paged+prefix, engine, hash-only" in err
+    assert "unknown arm 'nope'" in err and "allowed: openclaw, paged+prefix, engine" in err

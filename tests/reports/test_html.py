@@ -62,15 +62,24 @@ def parse(path: Path) -> tuple[str, Page]:
     return text, page
 
 
+def one_arm_copy(run: Path, dest: Path, arm: str = "engine") -> Path:
+    """The run with only `arm` left in summary.json: a cheaper report for tests of one feature."""
+    shutil.copytree(run, dest)
+    summary = json.loads((dest / "summary.json").read_text())
+    summary["arms"] = {arm: summary["arms"][arm]}
+    (dest / "summary.json").write_text(json.dumps(summary))
+    return dest
+
+
 @pytest.fixture(scope="module")
 def report(tiny_run, tmp_path_factory) -> tuple[str, Page]:
     return parse(write_report([tiny_run], tmp_path_factory.mktemp("rep") / "report.html"))
 
 
-SECTIONS = ["headline", "gain", "latency", "memory", "load", "hits", "study-false-hits", "study-eviction", "provenance"]
+ARMS = ["openclaw", "paged+prefix", "engine"]
+SECTIONS = ["headline", "gain", "latency", "memory", "load", "hits", "study-eviction", "provenance"]
 FIGURES = ["fig-gain", "fig-cdf-ttft", "fig-cdf-e2e", "fig-ttft-vs-prompt", "fig-kv-0", "fig-kv-1", "fig-kv-2",
-           "fig-kv-3", "fig-queue", "fig-node-load", "fig-requests-per-node", "fig-hit-rate",
-           "fig-study-false-hits-bars", "fig-study-false-hits-cum", "fig-study-eviction-bars"]
+           "fig-queue", "fig-node-load", "fig-requests-per-node", "fig-hit-rate", "fig-study-eviction-bars"]
 
 
 def test_every_section_and_plot_is_present(report):
@@ -115,14 +124,15 @@ def test_provenance_footer(tiny_run, report):
     text, _ = report
     footer = text[text.index('id="provenance"'):]
     info = json.loads((tiny_run / "run_info.json").read_text())
-    for item in ["seed", "version", "latency model", "date", "wall time", info["date"], "roofline"]:
+    model = json.loads((tiny_run / "summary.json").read_text())["latency_model"]
+    for item in ["seed", "version", "latency model", "date", "wall time", info["date"], model]:
         assert item in footer, item
     assert "<details><summary>experiment config (config.json)</summary><pre>" in footer
 
 
 def test_script_names_render_as_text(tmp_path):
     bad = "<script>alert(1)</script>"
-    run = make_run(tmp_path / "run", name=bad, arms={"openclaw": {}, bad: {}})
+    run = make_run(tmp_path / "run", name=bad, arms={bad: {}}, duration_s=2)
     text, page = parse(write_report([run], tmp_path / "r.html"))
     assert "script" not in page.tags
     assert "<script" not in text.lower()
@@ -135,7 +145,7 @@ def test_missing_optional_columns_and_files_still_render(tiny_run, tmp_path):
     shutil.copytree(tiny_run, run)
     (run / "run_info.json").unlink()
     (run / "config.json").unlink()
-    for arm in ["openclaw", "paged+prefix", "engine", "hash-only"]:
+    for arm in ARMS:
         d = run / arm_dir_name(arm)
         pd.read_csv(d / "requests.csv")[["arrival_s", "first_token_s", "finish_s", "prompt_tokens", "status"]] \
             .to_csv(d / "requests.csv", index=False)
@@ -145,13 +155,29 @@ def test_missing_optional_columns_and_files_still_render(tiny_run, tmp_path):
     (run / "summary.json").write_text(json.dumps(summary))
     text, page = parse(write_report([run], tmp_path / "r.html"))
     assert {"headline", "latency", "memory", "load", "hits"} <= page.ids
-    assert "study-false-hits" not in page.ids
+    assert "study-eviction" not in page.ids
     assert "No arm recorded KV memory" in text
 
 
+def test_false_hit_section_appears_with_wrong_reuse(tiny_run, report, tmp_path):
+    """Wrong reuse (a hash-only index): its own section, and a warning on the headline hit rate."""
+    assert "study-false-hits" not in report[1].ids  # all zero in the real run: no section
+    run = one_arm_copy(tiny_run, tmp_path / "fh")
+    d = run / arm_dir_name("engine")
+    requests = pd.read_csv(d / "requests.csv")
+    requests.assign(false_hits=(requests.request_id % 2), wrong_reuse_tokens=16 * (requests.request_id % 3 == 0)) \
+        .to_csv(d / "requests.csv", index=False)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["arms"]["engine"].update(false_hits=64, wrong_reuse_tokens=688)
+    (run / "summary.json").write_text(json.dumps(summary))
+    text, page = parse(write_report([run], tmp_path / "after.html"))
+    assert "study-false-hits" in page.ids
+    assert {"fig-study-false-hits-bars", "fig-study-false-hits-cum"} <= set(page.figures)
+    assert "&#9888;" in text and "wrong answers" in text
+
+
 def test_new_columns_get_their_sections(tiny_run, tmp_path):
-    run = tmp_path / "extra"
-    shutil.copytree(tiny_run, run)
+    run = one_arm_copy(tiny_run, tmp_path / "extra")
     d = run / arm_dir_name("engine")
     series = pd.read_csv(d / "timeseries.csv")
     series.assign(network_bytes=series.time_s * 1e6, widget_count=1.0).to_csv(d / "timeseries.csv", index=False)
@@ -161,6 +187,7 @@ def test_new_columns_get_their_sections(tiny_run, tmp_path):
 
 
 def test_two_runs_in_one_report_label_arms_by_run(tiny_run, tmp_path):
-    text, page = parse(write_report([tiny_run, tiny_run], tmp_path / "r.html"))
+    run = one_arm_copy(tiny_run, tmp_path / "one")
+    text, page = parse(write_report([run, run], tmp_path / "r.html"))
     assert "tiny/engine" in text and "tiny#2/engine" in text
-    assert len([f for f in page.figures if f.startswith("fig-kv-")]) == 8
+    assert len([f for f in page.figures if f.startswith("fig-kv-")]) == 2
