@@ -6,8 +6,8 @@
 # WIDTH x HEIGHT is the viewport in CSS pixels (default 1280 x 2400: the headline, the gain
 # decomposition and the latency plots). A fresh profile directory is used and removed each time,
 # and background networking is off, so the render shows only what the file itself contains.
-# Console messages (errors included) go to OUT.png.console.log; the script fails if there are
-# any errors.
+# The browser log goes to OUT.png.console.log. A report has no script, so any page console
+# message (an uncaught error, a failed resource load) fails the run.
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -39,10 +39,10 @@ log="$out_abs.console.log"
   --screenshot="$out_abs" "$url" 2>"$log" >/dev/null || true
 
 [[ -s "$out_abs" ]] || { echo "no screenshot written; see $log" >&2; exit 1; }
-# Page errors appear as "CONSOLE" lines with an error level, or as uncaught exceptions.
-if grep -E 'CONSOLE.*(ERROR|error)|Uncaught' "$log" >/dev/null; then
-  echo "console errors while rendering $report:" >&2
-  grep -E 'CONSOLE.*(ERROR|error)|Uncaught' "$log" >&2
+# Page console messages appear as ":CONSOLE" lines (Chromium logs them all at INFO level).
+if grep -E ':CONSOLE|Uncaught|Failed to load resource' "$log" >/dev/null; then
+  echo "console messages while rendering $report:" >&2
+  grep -E ':CONSOLE|Uncaught|Failed to load resource' "$log" >&2
   exit 1
 fi
 echo "screenshot: $out ($width x $height)"

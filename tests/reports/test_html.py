@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -191,3 +192,15 @@ def test_two_runs_in_one_report_label_arms_by_run(tiny_run, tmp_path):
     text, page = parse(write_report([run, run], tmp_path / "r.html"))
     assert "tiny/engine" in text and "tiny#2/engine" in text
     assert len([f for f in page.figures if f.startswith("fig-kv-")]) == 2
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium not installed")
+def test_chromium_renders_without_console_errors(report, tmp_path):
+    """The real browser: scripts/screenshot_report.sh fails on any console error."""
+    page = tmp_path / "r.html"
+    page.write_text(report[0], encoding="utf-8")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
+    done = subprocess.run([str(script), str(page), str(tmp_path / "r.png"), "1000", "1200"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
