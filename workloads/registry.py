@@ -16,6 +16,7 @@ from workloads.generators import (
 )
 from workloads.long_context import LongContextParams, make_long_context
 from workloads.multi_turn import MultiTurnParams, make_multi_turn
+from workloads.pollution import PollutionParams, make_pollution
 from workloads.request import Workload
 from workloads.seed import SeedParams, make_seed
 from workloads.trace import TraceParams, make_trace
@@ -25,6 +26,7 @@ WORKLOADS: dict[str, tuple[type[BaseModel], Callable[..., Workload]]] = {
     "trace": (TraceParams, make_trace),
     "shared_prefix_groups": (SharedPrefixGroupsParams, make_shared_prefix_groups),
     "multi_turn": (MultiTurnParams, make_multi_turn),
+    "pollution": (PollutionParams, make_pollution),
     "no_sharing": (NoSharingParams, make_no_sharing),
     "long_context": (LongContextParams, make_long_context),
 }
