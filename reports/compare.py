@@ -58,6 +58,8 @@ def delta_rows(a: Arm, b: Arm) -> list[tuple[str, str, str, str, str, int]]:
             delta = f"{d:+,.1f} pts" if m.unit == "%" else m.fmt.replace("{:", "{:+").format(d)
             change = f"{(vb / va - 1) * 100:+.1f}%" if va else "-"
             verdict = (1 if (vb - va) * m.better > 0 else -1) if m.better and abs(vb - va) > 1e-12 else 0
+            if not any(c in "123456789" for c in delta):  # moved less than the shown precision
+                delta, verdict = "0", 0
         rows.append((header(key), fmt(key, a.metrics.get(key)), fmt(key, b.metrics.get(key)), delta, change, verdict))
     return rows
 

@@ -66,7 +66,9 @@ def log_axis(ax, which: str) -> None:
     """Log scale with plain tick labels (100, 200, 500, 1,000 ms), readable in any range."""
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
     axis = ax.xaxis if which == "x" else ax.yaxis
-    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lo, hi = (ax.dataLim.x0, ax.dataLim.x1) if which == "x" else (ax.dataLim.y0, ax.dataLim.y1)
+    wide = lo > 0 and np.log10(hi / lo) > 2.5  # labels at 1-2-5 would collide over many decades
+    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
     axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
     axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
