@@ -78,42 +78,47 @@ def _prefix_hit(path: list[int], sizes: list[int], held: dict[int, int]) -> tupl
     return hit_tokens, hit_blocks
 
 
-def _rates(hit_tokens: int, hit_blocks: int, chains: Chains) -> tuple[float, float]:
-    total_tokens = sum(chains.input_length)
-    total_blocks = sum(len(p) for p in chains.nodes)
-    return (hit_tokens / total_tokens if total_tokens else 0.0,
-            hit_blocks / total_blocks if total_blocks else 0.0)
-
-
-def infinite_cache_hits(chains: Chains) -> tuple[float, float]:
-    """(token hit rate, block hit rate) of a cache that never evicts."""
-    held: dict[int, int] = {}
-    hit_tokens = hit_blocks = 0
-    for path, sizes, length in zip(chains.nodes, chains.tokens, chains.input_length, strict=True):
-        t, b = _prefix_hit(path, sizes, held)
-        hit_tokens += min(t, length - 1)
-        hit_blocks += b
-        for node, size in zip(path, sizes, strict=True):
-            if size > held.get(node, 0):
-                held[node] = size
-    return _rates(hit_tokens, hit_blocks, chains)
-
-
-def lru_hits(chains: Chains, capacity_tokens: float) -> tuple[float, float]:
-    """(token hit rate, block hit rate) of one LRU cache holding at most capacity_tokens tokens."""
+def hit_counts(chains: Chains, capacity_tokens: float | None = None) -> tuple[int, int]:
+    """(hit tokens, fully hit blocks) of one cache: infinite if capacity_tokens is None, else an
+    LRU holding at most capacity_tokens tokens."""
     cache: OrderedDict[int, int] = OrderedDict()  # node -> tokens held; last = most recent
     used = hit_tokens = hit_blocks = 0
     for path, sizes, length in zip(chains.nodes, chains.tokens, chains.input_length, strict=True):
         t, b = _prefix_hit(path, sizes, cache)
         hit_tokens += min(t, length - 1)
         hit_blocks += b
+        if capacity_tokens is None:
+            for node, size in zip(path, sizes, strict=True):
+                if size > cache.get(node, 0):
+                    cache[node] = size
+            continue
         for node, size in zip(reversed(path), reversed(sizes), strict=True):
             had = cache.pop(node, 0)
             cache[node] = max(had, size)
             used += cache[node] - had
         while used > capacity_tokens:
             used -= cache.popitem(last=False)[1]
-    return _rates(hit_tokens, hit_blocks, chains)
+    return hit_tokens, hit_blocks
+
+
+def totals(chains: Chains) -> tuple[int, int]:
+    """(prompt tokens, blocks) of all requests: the denominators of the hit rates."""
+    return sum(chains.input_length), sum(len(p) for p in chains.nodes)
+
+
+def hit_rates(chains: Chains, capacity_tokens: float | None = None) -> tuple[float, float]:
+    (tokens, blocks), (total_tokens, total_blocks) = hit_counts(chains, capacity_tokens), totals(chains)
+    return tokens / total_tokens if total_tokens else 0.0, blocks / total_blocks if total_blocks else 0.0
+
+
+def infinite_cache_hits(chains: Chains) -> tuple[float, float]:
+    """(token hit rate, block hit rate) of a cache that never evicts."""
+    return hit_rates(chains)
+
+
+def lru_hits(chains: Chains, capacity_tokens: float) -> tuple[float, float]:
+    """(token hit rate, block hit rate) of one LRU cache holding at most capacity_tokens tokens."""
+    return hit_rates(chains, capacity_tokens)
 
 
 def _distribution(values: np.ndarray) -> dict[str, float]:
@@ -142,7 +147,6 @@ def trace_stats(trace: Trace, capacities=DEFAULT_CAPACITIES, chunk_tokens: int =
     chains = prefix_chains(trace, chunk_tokens)
     token_hit, block_hit = infinite_cache_hits(chains)
     lru = {int(c): lru_hits(chains, c) for c in capacities}
-    total_blocks = sum(len(p) for p in chains.nodes)
     return {
         "path": trace.path, "format": trace.format, "records": len(trace), "skipped_rows": trace.num_skipped,
         **timing_stats(trace.arrival_s),
@@ -150,7 +154,7 @@ def trace_stats(trace: Trace, capacities=DEFAULT_CAPACITIES, chunk_tokens: int =
         "total_input_tokens": int(trace.input_length.sum()),
         "prefix_info": trace.has_content,
         "block_tokens": trace.block_size or (chunk_tokens if trace.tokens.size else None),
-        "total_blocks": total_blocks, "unique_blocks": chains.num_nodes,
+        "total_blocks": totals(chains)[1], "unique_blocks": chains.num_nodes,
         "infinite_cache_token_hit_rate": token_hit, "infinite_cache_block_hit_rate": block_hit,
         "lru_token_hit_rate": {str(c): r[0] for c, r in lru.items()},
         "lru_block_hit_rate": {str(c): r[1] for c, r in lru.items()},
