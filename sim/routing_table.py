@@ -19,14 +19,41 @@ import numpy as np
 
 
 def longest_prefix(key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: int) -> np.ndarray:
-    """int64 [num_nodes]: pages of `keys`, from the first, that each node holds without a gap."""
+    """int64 [num_nodes]: pages of `keys`, from the first, that each node holds without a gap.
+
+    Both tables are prefix-closed per node (a cache indexes a page only below its indexed parent
+    and evicts children before parents; the approximate tree trims leaves first), so the holders
+    of page d shrink as d grows and only the depths where they change need finding: a bisection,
+    O(changes x log pages) lookups instead of one per matched page. `longest_prefix_linear` is the
+    page-by-page walk it must agree with (tests/sim/test_routing_table.py).
+    """
+    matched = np.zeros(num_nodes, dtype=np.int64)
+    num_keys = keys.shape[0]
+    get, item = key_to_nodes.get, keys.item
+    first = get(item(0), 0) if num_keys else 0
+    stack = [(0, num_keys, first, 0)]  # (lo, hi, holders(lo), holders(hi)); holders(num_keys) = 0
+    while stack:
+        lo, hi, at_lo, at_hi = stack.pop()
+        if at_lo == at_hi:
+            continue
+        if hi - lo == 1:  # nodes holding page lo but not page hi match exactly lo + 1 pages
+            _record(matched, at_lo & ~at_hi, hi)
+            continue
+        mid = (lo + hi) // 2
+        at_mid = get(item(mid), 0) & at_lo  # & at_lo: a node without page lo cannot match past it
+        stack.append((lo, mid, at_lo, at_mid))
+        stack.append((mid, hi, at_mid, at_hi))
+    return matched
+
+
+def longest_prefix_linear(key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: int) -> np.ndarray:
+    """The same answer by walking every page (no prefix-closure assumption): the reference."""
     matched = np.zeros(num_nodes, dtype=np.int64)
     alive = (1 << num_nodes) - 1
-    get = key_to_nodes.get
     depth = 0
     for key in keys.tolist():
-        still = alive & get(key, 0)
-        if still != alive:  # some nodes' prefixes end before this page
+        still = alive & key_to_nodes.get(key, 0)
+        if still != alive:
             _record(matched, alive & ~still, depth)
             alive = still
             if not alive:

@@ -73,6 +73,12 @@ def test_prefix_affinity_breaks_equal_matches_by_load():
     assert PrefixAffinity(PrefixAffinityParams(), rng()).route(query(), views) == 1
 
 
+def test_prefix_affinity_first_tie_break_takes_the_lowest_holder():
+    views = [view(0, waiting=9), view(1, cached=64, waiting=3), view(2, cached=64, waiting=1)]
+    first = PrefixAffinity(PrefixAffinityParams(tie_break="first"), rng())
+    assert first.route(query(), views) == 1
+
+
 def test_prefix_affinity_without_a_match_goes_to_the_least_loaded():
     views = [view(0, waiting=2), view(1, waiting=1), view(2, waiting=1, used=10)]
     assert PrefixAffinity(PrefixAffinityParams(), rng()).route(query(), views) == 1
