@@ -27,3 +27,16 @@ def test_engine_hit_rate_equals_the_infinite_cache_bound(tmp_path, tiny_config):
     assert engine["completed"] == openclaw["completed"] == 5
     assert engine["prefix_hit_rate"] == bound["infinite_cache_token_hit_rate"]
     assert openclaw["prefix_hit_rate"] == 0.0
+
+
+def test_azure_replay_is_byte_identical_under_a_seed(tmp_path, tiny_config):
+    path = tmp_path / "az.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:00:0{i}.5000000,{300 + 40 * i},3\n" for i in range(8)))
+    params = {"path": str(path), "format": "azure", "shared_prefix_tokens": 256, "shared_prefix_share": 0.5}
+    cfg = {**tiny_config, "duration_s": 12, "workload": {"name": "trace", "params": params}}
+    for out in ("a", "b"):
+        run_experiment(cfg, tmp_path / out, ["engine"], show_progress=False, write_report=False)
+    first, second = ((tmp_path / out / "summary.json").read_bytes() for out in ("a", "b"))
+    assert first == second and json.loads(first)["arms"]["engine"]["completed"] == 8
+    assert json.loads(first)["arms"]["engine"]["prefix_hit_rate"] > 0
