@@ -4,8 +4,9 @@ S system prompts of P tokens each are shared by long conversations. Conversation
 prompt c mod S; its first turn adds a document of D tokens (uniform in [doc_min, doc_max]) and
 each later turn the previous answer plus a question of Q tokens, so turn t + 1 starts with turn t's
 prompt exactly. `num_conversations` conversations run side by side, turn by turn; one that has had
-`turns` turns is replaced by a new one. After every `burst_every` long requests comes a burst of
-`burst_size` short chats: fresh random prompts of [chat_min, chat_max] tokens, reused by nobody.
+`turns` turns is replaced by a new one. The stream alternates a burst of `burst_size` short chats
+(fresh random prompts of [chat_min, chat_max] tokens, reused by nobody) and `burst_every` long
+requests, starting with a burst.
 
 Tags: "long" (conversation turns) and "chat". What to look at: the long requests' hit rate and P99
 TTFT. A pool that lets the chats push the system prompts out makes every long request re-prefill
@@ -79,15 +80,15 @@ class _Conversations:
 def pollution_requests(p: PollutionParams, rng: np.random.Generator) -> Iterator[Request]:
     conversations = _Conversations(p, rng)
     request_id = 0
-    while True:
+    while True:  # a burst first: closed-loop clients then reach the long requests one by one
+        for _ in range(p.burst_size):
+            prompt = random_tokens(rng, int(rng.integers(p.chat_min, p.chat_max + 1)))
+            yield Request(request_id=request_id, prompt=prompt, output_tokens=p.chat_output_tokens, tag="chat")
+            request_id += 1
         for _ in range(p.burst_every):
             conv, prompt = conversations.next_prompt()
             yield Request(request_id=request_id, prompt=prompt, output_tokens=p.long_output_tokens,
                           session_id=conv, tag="long")
-            request_id += 1
-        for _ in range(p.burst_size):
-            prompt = random_tokens(rng, int(rng.integers(p.chat_min, p.chat_max + 1)))
-            yield Request(request_id=request_id, prompt=prompt, output_tokens=p.chat_output_tokens, tag="chat")
             request_id += 1
 
 
