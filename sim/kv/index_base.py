@@ -61,6 +61,10 @@ class IndexBase:
             return np.zeros(0, dtype=np.int64)
         return np.flatnonzero((self.parent == page) & self.indexed)
 
+    def stand_in(self, key: int) -> int | None:
+        """The indexed page a request's unindexed page may hang its successors under (none here)."""
+        return None
+
     # -- linkage shared by the implementations -------------------------------------------------
     def _link(self, pages: list[int], keys: list[int], parent: int) -> None:
         """Record a chain of new pages under `parent` (pages[i] is the parent of pages[i + 1])."""

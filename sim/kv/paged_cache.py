@@ -87,18 +87,20 @@ class PagedKVCache:
             return
         parent = pages[first - 1] if first else ROOT
         if first and not indexed[parent]:
-            return  # the chain is broken (a parent was not indexed): nothing below is reachable
+            parent = self.index.stand_in(int(keys[first - 1]))
+            if parent is None:
+                return  # the chain is broken (a parent was not indexed): nothing below is reachable
         p = self.page_size
         chunk = pages[first:end]
         chunk_keys = keys[first:end].tolist()
         tokens = prompt[first * p : end * p].reshape(end - first, p)
-        count = self.index.insert_chain(chunk, chunk_keys, parent, tokens)
-        if count:
-            new = chunk[:count]
+        placed = self.index.insert_chain(chunk, chunk_keys, parent, tokens)
+        if placed:
+            new = [chunk[i] for i in placed]
             self.stats.created_s[new] = now
             self.stats.last_access_s[new] = now
             self.stats.hit_count[new] = 1
-            self._emit("stored", chunk_keys[:count])
+            self._emit("stored", [chunk_keys[i] for i in placed])
 
     def admit_segment(self, new_tokens: int, already_shared: bool) -> bool:
         """Admission policy: may this request's freshly computed segment enter the cache?"""

@@ -93,13 +93,16 @@ class TwoLevelIndex(IndexBase):
         return None
 
     # -- updates -----------------------------------------------------------------------------
-    def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> int:
+    def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> list[int]:
         """Index consecutive full pages of one prefix, the first hanging under `parent`.
 
-        tokens: int32 [len(pages), page_size]. Stops at the first page already indexed under
-        another id (a duplicate: nothing below it would be reachable through this chain), or, in
-        hash_only mode, at the first key already taken. Returns how many were indexed.
+        tokens: int32 [len(pages), page_size]. Returns the positions (in `pages`) indexed. Level 2
+        on: a leading run, stopping at the first page already indexed under another id (a
+        duplicate: nothing below it would be reachable through this chain). hash_only: see
+        `_insert_trusting`.
         """
+        if not self.verify_tokens:
+            return self._insert_trusting(pages, keys, parent, tokens)
         count = 0
         if not self.overflow:  # fast path: leading keys that nobody holds (this chain included)
             slots = self.key_to_page
@@ -108,15 +111,40 @@ class TwoLevelIndex(IndexBase):
                     break
                 slots[key] = page
                 count += 1
-        while count < len(pages) and self.verify_tokens:
+        while count < len(pages):
             chain_parent = pages[count - 1] if count else parent
             if not self._insert_one(pages[count], keys[count], chain_parent, tokens[count]):
                 break
             count += 1
-        if count:
-            self._link(pages[:count], keys[:count], parent)
-            self.token_table[pages[:count]] = tokens[:count]
-        return count
+        self._link_run(pages, keys, tokens, 0, count, parent)
+        return list(range(count))
+
+    def _insert_trusting(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> list[int]:
+        """hash_only, as a hash-keyed block cache does it: a taken key is trusted to be this very
+        page, so the page is not indexed again and the chain goes on under the page holding it."""
+        slots = self.key_to_page
+        placed: list[int] = []
+        start = 0
+        for i, (key, page) in enumerate(zip(keys, pages, strict=True)):
+            holder = slots.get(key)
+            if holder is None:
+                slots[key] = page
+                placed.append(i)
+                continue
+            self._link_run(pages, keys, tokens, start, i, parent)
+            start, parent = i + 1, holder
+        self._link_run(pages, keys, tokens, start, len(pages), parent)
+        return placed
+
+    def _link_run(self, pages: list[int], keys: list[int], tokens: np.ndarray, start: int, end: int,
+                  parent: int) -> None:
+        if end > start:
+            self._link(pages[start:end], keys[start:end], parent)
+            self.token_table[pages[start:end]] = tokens[start:end]
+
+    def stand_in(self, key: int) -> int | None:
+        """hash_only: the page a request's unindexed page is trusted to be (the key's holder)."""
+        return None if self.verify_tokens else self.key_to_page.get(key)
 
     def _insert_one(self, page: int, key: int, parent: int, tokens: np.ndarray) -> bool:
         """Slow path: place one page behind a taken slot or in the overflow; False if a duplicate."""

@@ -41,8 +41,9 @@ class RadixIndex(IndexBase):
             node = child
         return Match(pages=pages)
 
-    def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> int:
-        """Index consecutive full pages under `parent`; stop at an edge that already exists."""
+    def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> list[int]:
+        """Index consecutive full pages under `parent`; stop at an edge that already exists.
+        Returns the positions (in `pages`) indexed: a leading run."""
         count = 0
         node = parent
         for page, row in zip(pages, tokens, strict=True):
@@ -56,7 +57,7 @@ class RadixIndex(IndexBase):
             count += 1
         if count:
             self._link(pages[:count], keys[:count], parent)
-        return count
+        return list(range(count))
 
     def remove(self, page: int) -> np.ndarray:
         """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""

@@ -19,8 +19,9 @@ def prompt(*pages: int) -> np.ndarray:
 
 
 def insert(index, pages: list[int], tokens: np.ndarray, keys: np.ndarray, parent: int = ROOT, first: int = 0) -> int:
+    """How many of `pages` were indexed."""
     rows = tokens[first * PAGE : (first + len(pages)) * PAGE].reshape(len(pages), PAGE)
-    return index.insert_chain(pages, keys[first : first + len(pages)].tolist(), parent, rows)
+    return len(index.insert_chain(pages, keys[first : first + len(pages)].tolist(), parent, rows))
 
 
 @pytest.mark.parametrize("make", [lambda: TwoLevelIndex(16, PAGE), lambda: RadixIndex(16, PAGE)])
@@ -64,11 +65,21 @@ def test_two_level_catches_the_false_hit_and_indexes_both_colliding_prompts():
 def test_hash_only_reuses_the_colliding_pages_and_counts_the_wrong_tokens():
     index = TwoLevelIndex(16, PAGE, verify_tokens=False)
     a, b = prompt(0, 10, 20), prompt(50, 60)
-    insert(index, [1, 2, 3], a, colliding_keys(a))
+    assert insert(index, [1, 2, 3], a, colliding_keys(a)) == 1  # pages 2, 3 trusted to be page 1
     m = index.match(colliding_keys(b), b, 2)
     # Key 0 points at page 1 at both positions: a block table cannot list one page twice.
     assert m.pages == [1] and m.false_hits == 1 and m.wrong_reuse_tokens == PAGE
     assert insert(index, [4, 5], b, colliding_keys(b)) == 0  # the key is taken: trusted as cached
+
+
+def test_hash_only_chains_go_on_under_the_trusted_holder():
+    index = TwoLevelIndex(16, PAGE, verify_tokens=False)
+    a = prompt(0, 10, 20)
+    keys = np.array([7, 7, 9], dtype=np.uint64)  # page 2 collides with page 1 of its own prompt
+    rows = a.reshape(3, PAGE)
+    assert index.insert_chain([1, 2, 3], keys.tolist(), ROOT, rows) == [0, 2]
+    assert index.parent[3] == 1 and index.depth[3] == 2 and not index.indexed[2]
+    assert index.stand_in(7) == 1 and TwoLevelIndex(4, PAGE).stand_in(7) is None
 
 
 def test_hash_only_is_exact_without_collisions():
