@@ -4,14 +4,16 @@
   spill       pages stay local while the node keeps its admission headroom; the overflow goes to
               the peer with the most available pages (free + evictable), then the next one.
   shard       a long context is striped over k nodes: stripes of `stripe_pages` consecutive pages
-              rotate over the owner and the k-1 peers with the most available pages.
+              rotate over the owner and the k-1 peers with the most available pages (a stripe
+              page whose member is full goes to the node with the most room instead).
 Only prompts of at least `min_prompt_tokens` leave their node; the others behave as local_only.
 
 Remote pages are fetched before the step that reads them (we do not compute attention remotely
 and merge partial results): every step of a request reads its whole context, so the remote part
 crosses the network every step, and KV computed into remote pages is written back. The step
 waits for that transfer (priced by sim/network.py), which is what makes the transfer mode matter.
-Pages a node hosts for a peer's request stay pinned (USED) until the owner frees them.
+Pages a node hosts for a peer's request stay pinned (USED) until the owner frees them; KV usage
+counts every page on the pool that holds it (hosted pages are allocated and live there).
 
 A sequence that ever places a page away from its node gets a Record: its leading local pages stay
 in `seq.pages` (the prefix index sees only those); every later logical page is (node, page id) in
@@ -20,14 +22,14 @@ the record, local ones included.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.kv.manager import KVUsage, PagedKV
+from sim.kv.manager import PagedKV
 from sim.network import Flow, Network
-from sim.sequence import Sequence
+from sim.sequence import Sequence, Status
 
 if TYPE_CHECKING:
     from sim.config import ExperimentConfig
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 @dataclass(slots=True)
 class Record:
     owner: int
-    lead: int  # logical pages held in seq.pages
+    lead: int  # logical pages held in seq.pages (fixed once the tail has a page)
     nodes: list[int] = field(default_factory=list)  # node of logical page lead + i
     pages: list[int] = field(default_factory=list)  # page id on that node
     members: tuple[int, ...] = ()  # shard: nodes the stripes rotate over, owner first
@@ -56,7 +58,6 @@ class Placement:
         self.nodes = nodes
         self.kvs: list[PagedKV] = [n.kv for n in nodes]
         self.page_size = cfg.cache.page_size
-        self.capacity_bytes = cfg.kv_capacity_bytes
         self.token_bytes = cfg.model.kv_bytes_per_token
         # Keep the node's admission headroom (sim/node.py's watermark) out of reach of placement.
         self.reserve_pages = -(-int(cfg.node.admission_watermark * self.kvs[0].capacity_tokens()) // self.page_size)
@@ -66,6 +67,12 @@ class Placement:
         self.records: dict[Sequence, Record] = {}
         self.out_pages = [0] * len(nodes)  # pages of this node's requests held by peers
         self.hosted_pages = [0] * len(nodes)  # pages this node holds for peers' requests
+        self.blocked: set[int] = set()  # owners whose request did not fit on its nodes
+        # Requests whose pages did not fit, by age: younger ones take no new pages until they do
+        # (a cluster-wide oldest-first rule; without it two owners can preempt each other forever).
+        self.starving: dict[Sequence, tuple[float, int]] = {}
+        self._to_wake: set[int] = set()
+        self._waking = False
         self.remote_requests = 0
         self.remote_pages_peak = 0
 
@@ -83,17 +90,22 @@ class Placement:
 
     def targets(self, rec: Record, first: int, need: int) -> list[int] | None:
         """Node of each logical page first .. first+need-1, or None if they do not fit."""
-        if self.cfg.policy == "shard":
+        room = [self.room(n) for n in range(len(self.nodes))]
+        if self.cfg.policy == "spill":  # local first, then the roomiest peers
+            prefer = [rec.owner] * min(need, room[rec.owner])
+            for peer in self._by_room(rec.owner):
+                prefer += [peer] * min(need - len(prefer), room[peer])
+        else:  # shard: stripes rotate over the members
             k, stripe = len(rec.members), self.cfg.stripe_pages
-            out = [rec.members[(j // stripe) % k] for j in range(first, first + need)]
-            counts = np.bincount(out, minlength=len(self.nodes))
-            return out if all(counts[n] <= self.room(n) for n in set(out)) else None
-        local = min(need, self.room(rec.owner))
-        out = [rec.owner] * local
-        for peer in self._by_room(rec.owner):
-            if len(out) == need:
-                break
-            out += [peer] * min(need - len(out), self.room(peer))
+            prefer = [rec.members[(j // stripe) % k] for j in range(first, first + need)]
+        out = []
+        for n in prefer:
+            if not room[n]:  # full: the node with the most room left takes the page instead
+                n = max(range(len(room)), key=lambda p: (room[p], -p))
+                if not room[n]:
+                    return None
+            room[n] -= 1
+            out.append(n)
         return out if len(out) == need else None
 
     def _new_record(self, owner: int, seq: Sequence) -> Record:
@@ -104,28 +116,53 @@ class Placement:
     def grow(self, owner: int, seq: Sequence, num_tokens: int, now: float) -> bool:
         rec = self.records.get(seq)
         need_total = -(-(seq.num_computed + num_tokens) // self.page_size)
+        inner = self.kvs[owner]
         if rec is None:
-            need = need_total - len(seq.pages)
-            fits_locally = self.cfg.policy == "spill" and need <= self.room(owner)
+            fits_locally = self.cfg.policy == "spill" and need_total - len(seq.pages) <= self.room(owner)
             if not self.eligible(seq) or fits_locally:
-                return self.kvs[owner].grow(seq, num_tokens, now)
+                return inner.grow(seq, num_tokens, now)
             rec = self._new_record(owner, seq)
-        first = rec.lead + len(rec.nodes)
-        need = need_total - first
+        need = need_total - len(seq.pages) - len(rec.nodes)
         if need <= 0:
-            return True
-        nodes = self.targets(rec, first, need)
-        if nodes is None:
+            return inner.grow(seq, num_tokens, now) if not rec.nodes else True
+        age = (seq.arrival_s, seq.req.request_id)
+        if self.starving and min(self.starving.values()) < age:
+            self.blocked.add(owner)  # an older request waits for room: it goes first
             return False
+        nodes = self.targets(rec, len(seq.pages) + len(rec.nodes), need)
+        if nodes is None and self._reclaim_exited(now):
+            nodes = self.targets(rec, len(seq.pages) + len(rec.nodes), need)
+        if nodes is None:
+            self.starving[seq] = age
+            self.blocked.add(owner)  # retried when memory comes back anywhere
+            return False
+        self.starving.pop(seq, None)
+        if not rec.nodes:  # no tail yet: leading local pages join seq.pages (the prefix index sees them)
+            lead = next((i for i, n in enumerate(nodes) if n != owner), len(nodes))
+            if lead == len(nodes):
+                inner.grow(seq, num_tokens, now)
+            elif lead:
+                inner.grow(seq, (len(seq.pages) + lead) * self.page_size - seq.num_computed, now)
+            nodes = nodes[lead:]
+            rec.lead = len(seq.pages)
         self._allocate(rec, seq, nodes, now)
         return True
 
+    def _reclaim_exited(self, now: float) -> int:
+        """Short of memory: retired pages whose readers exited are garbage on every node (as the
+        cache's own allocate does locally)."""
+        return sum(kv.cache.pool.reclaim_exited(now) for kv in self.kvs if kv.cache.pool.num_retired)
+
     def _allocate(self, rec: Record, seq: Sequence, nodes: list[int], now: float) -> None:
-        counts = np.bincount(nodes, minlength=len(self.nodes))
+        """Pages on `nodes` (room checked) become the next logical pages of the record's tail."""
+        self.records[seq] = rec
+        if not nodes:
+            return
+        counts = np.bincount(np.asarray(nodes, dtype=np.int64), minlength=len(self.nodes))
         new_pages = {n: iter(self.kvs[n].cache.allocate(int(c), now)) for n, c in enumerate(counts) if c}
         for n in nodes:
             rec.nodes.append(n)
-            rec.pages.append(next(new_pages[n]))
+            rec.pages.append(int(next(new_pages[n])))
         remote = len(nodes) - int(counts[rec.owner])
         self.out_pages[rec.owner] += remote
         for n, c in enumerate(counts.tolist()):
@@ -134,24 +171,45 @@ class Placement:
         if remote and not rec.went_remote:
             rec.went_remote = True
             self.remote_requests += 1
-        self.records[seq] = rec
         self.remote_pages_peak = max(self.remote_pages_peak, sum(self.out_pages))
 
     def free(self, owner: int, seq: Sequence) -> None:
+        ran = seq.status is Status.RUNNING  # else an admission that failed: it held nothing new
         rec = self.records.pop(seq, None)
         self.kvs[owner].free(seq)
-        if rec is None:
+        if rec is not None:
+            nodes, pages = rec.as_arrays()
+            for n in np.unique(nodes).tolist():
+                self.kvs[n].cache.release(pages[nodes == n][::-1].tolist(), seq.last_read_s)
+                if n != owner:
+                    moved = int((nodes == n).sum())
+                    self.out_pages[owner] -= moved
+                    self.hosted_pages[n] -= moved
+                    self._wake(n)  # a host asleep reclaims the pages now
+        if ran:
+            self.wake_blocked(owner)
+
+    def wake_blocked(self, source: int) -> None:
+        """Memory came back on `source`: other owners that could not place a request try again
+        (`source` itself retries in its own loop)."""
+        owners = self.blocked - {source}
+        self.blocked -= owners
+        for owner in sorted(owners):
+            self._wake(owner)
+
+    def _wake(self, node: int) -> None:
+        """Node.wake, never re-entered: a wake that reclaims pages may ask to wake others."""
+        self._to_wake.add(node)
+        if self._waking:
             return
-        nodes, pages = rec.as_arrays()
-        for n in np.unique(nodes).tolist():
-            self.kvs[n].cache.release(pages[nodes == n][::-1].tolist())
-            if n != owner:
-                moved = int((nodes == n).sum())
-                self.out_pages[owner] -= moved
-                self.hosted_pages[n] -= moved
-        for node in self.nodes:  # memory moved: a peer asleep on a full pool may fit now
-            if node.node_id != owner:
-                node.wake()
+        self._waking = True
+        try:
+            while self._to_wake:
+                n = min(self._to_wake)
+                self._to_wake.discard(n)
+                self.nodes[n].wake()
+        finally:
+            self._waking = False
 
     def on_computed(self, owner: int, seq: Sequence, num_tokens: int, now: float) -> None:
         if seq not in self.records:
@@ -195,18 +253,11 @@ class Placement:
         pages = -(-(seq.prompt_tokens + seq.req.output_tokens) // self.page_size)
         per_node = self.kvs[0].cache.pool.num_pages - self.reserve_pages
         if not self.eligible(seq):
-            return (seq.prompt_tokens + seq.req.output_tokens) * self.token_bytes <= self.capacity_bytes
+            return pages <= self.kvs[0].cache.pool.num_pages
         if self.cfg.policy == "spill":
             return pages <= per_node * len(self.nodes)
         k, stripe = self.cfg.shard_nodes, self.cfg.stripe_pages
         return int(np.bincount((np.arange(pages) // stripe) % k, minlength=k).max()) <= per_node
-
-    def usage(self, node: int) -> KVUsage:
-        """The node's usage with pages counted where they live: hosted pages are live here."""
-        u = self.kvs[node].usage()
-        local_tokens = self.kvs[node].live_tokens + (self.hosted_pages[node] - self.out_pages[node]) * self.page_size
-        live = min(u.allocated_bytes, max(0, local_tokens) * self.token_bytes)
-        return replace(u, live_bytes=live, fragmentation_bytes=max(0, u.allocated_bytes - live))
 
     def summary(self, duration_s: float) -> dict:
         t = self.network.totals
@@ -245,8 +296,17 @@ class PlacedKV:
     def free(self, seq: Sequence) -> None:
         self.placement.free(self.node_id, seq)
 
-    def usage(self) -> KVUsage:
-        return self.placement.usage(self.node_id)
+    def end_step(self, now: float) -> int:
+        freed = self.inner.end_step(now)
+        if freed:
+            self.placement.wake_blocked(self.node_id)
+        return freed
+
+    def idle_reclaim(self, now: float) -> float | None:
+        wait_s = self.inner.idle_reclaim(now)
+        if wait_s == 0.0:  # pages came back
+            self.placement.wake_blocked(self.node_id)
+        return wait_s
 
 
 def make_placement(cfg: ExperimentConfig, nodes: list[Node]) -> Placement | None:

@@ -1,0 +1,200 @@
+"""KV placement across nodes: which node holds each page, what crosses the network, and when.
+
+Hand-built clusters of tiny pools (8 pages of 16 tokens) so every page and every second is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.admission import Always, NoParams
+from policies.eviction import LRU
+from sim.config import parse_config
+from sim.kv.hashing import page_keys
+from sim.kv.manager import PagedKV
+from sim.kv.paged_cache import PagedKVCache
+from sim.node import Node
+from sim.page_index_codec import encoded_size
+from sim.placement import PlacedKV, make_placement
+from sim.sequence import Sequence, Status
+from tests.helpers import ConstantLatency, make_request
+
+PAGE = 16
+STEP_S = 0.01
+TB = 131072  # llama-3-8b KV bytes per token
+BW = TB * 1000.0  # one token per millisecond
+
+
+def make_cluster(policy: str, num_nodes: int = 3, pages: int = 8, prefix_cache: bool = False, **placement):
+    cfg = parse_config({
+        "model": "llama-3-8b", "cluster": {"num_nodes": num_nodes},
+        "node": {"num_gpus": 1, "tp": 1, "admission_watermark": 0},
+        "placement": {"policy": policy, **placement},
+        "network": {"mode": "rdma", "rdma_post_s": 0,
+                    "link": {"bandwidth_bytes_per_s": BW, "latency_s": 0, "max_message_bytes": 65536}},
+    })
+    env = simpy.Environment()
+    finished: list[Sequence] = []
+    nodes = []
+    for i in range(num_nodes):
+        cache = PagedKVCache(pages, PAGE, PAGE * TB, eviction=LRU(NoParams()), admission=Always(NoParams()),
+                             prefix_cache=prefix_cache, node_id=i)
+        nodes.append(Node(env, i, cfg.node, PagedKV(cache, TB), ConstantLatency(STEP_S), finished.append))
+    return env, nodes, make_placement(cfg, nodes), finished
+
+
+def submit(env, node, t: float, req) -> Sequence:
+    seq = Sequence(req=req, keys=page_keys(req.prompt, PAGE), arrival_s=t)
+
+    def proc():
+        yield env.timeout(t)
+        node.submit(seq)
+
+    env.process(proc())
+    return seq
+
+
+def check_clean(nodes, placement) -> None:
+    assert placement.records == {}
+    assert placement.out_pages == [0] * len(nodes) and placement.hosted_pages == [0] * len(nodes)
+    for node in nodes:
+        node.kv.cache.pool.check_invariants()
+        assert node.kv.cache.pool.num_used == 0
+
+
+def test_local_only_builds_nothing():
+    env, nodes, placement, _ = make_cluster("local_only")
+    assert placement is None
+    assert all(type(n.kv) is PagedKV and n.remote is None for n in nodes)
+
+
+def test_spill_overflows_to_the_peer_with_most_room_and_the_step_waits_for_it():
+    env, nodes, placement, finished = make_cluster("spill")
+    held = nodes[1].kv.cache.allocate(3, 0.0)  # node 1 has 5 pages of room, node 2 has 8
+    seq = submit(env, nodes[0], 0.0, make_request(0, np.arange(200), output_tokens=2))
+    env.run(until=0.005)
+    rec = placement.records[seq]
+    assert rec.lead == 8 and len(seq.pages) == 8  # the local pages lead, the prefix index sees them
+    assert rec.nodes == [2] * 5 and rec.pages == [0, 1, 2, 3, 4]
+    assert (placement.out_pages, placement.hosted_pages) == ([5, 0, 0], [0, 0, 5])
+    env.run(until=1.0)
+    hs = encoded_size({2: [0, 1, 2, 3, 4]}) / BW
+    # Prefill: write 4 full pages + 8 tokens (72 tokens) to node 2. Decode: read those 72 tokens
+    # (and write 1): the larger direction is 72 ms on the wire, after the index handshake.
+    assert seq.first_token_s == pytest.approx(STEP_S + hs + 0.072, abs=1e-12)
+    assert seq.finish_s == pytest.approx(2 * (STEP_S + hs + 0.072), abs=1e-12)
+    t = placement.network.totals
+    assert (t.read_bytes, t.write_bytes, t.num_transfers) == (72 * TB, 73 * TB, 2)
+    assert finished == [seq]
+    assert nodes[2].kv.cache.pool.num_free == 8  # node 2 was asleep: its pages came back at once
+    nodes[1].kv.cache.release(held)
+    check_clean(nodes, placement)
+
+
+def test_spill_keeps_requests_local_while_they_fit():
+    env, nodes, placement, _ = make_cluster("spill")
+    seq = submit(env, nodes[0], 0.0, make_request(0, np.arange(100), output_tokens=3))
+    env.run(until=1.0)
+    assert seq.status is Status.FINISHED and seq.finish_s == pytest.approx(3 * STEP_S)
+    assert placement.remote_requests == 0 and placement.network.totals.num_transfers == 0
+
+
+def test_shard_stripes_over_the_owner_and_the_roomiest_peers():
+    env, nodes, placement, _ = make_cluster("shard", shard_nodes=3, stripe_pages=2)
+    seq = submit(env, nodes[1], 0.0, make_request(0, np.arange(96), output_tokens=2))
+    env.run(until=0.005)
+    rec = placement.records[seq]
+    assert rec.members == (1, 0, 2)
+    assert rec.lead == 2 and rec.nodes == [0, 0, 2, 2]  # stripe 0 is the owner's: it leads
+    env.run(until=0.5)  # the decode token starts page 6: stripe 3 -> member 0 = the owner
+    assert seq.status is Status.FINISHED
+    assert placement.network.totals.read_bytes == 64 * TB  # pages 2-5 read once, by the decode step
+    check_clean(nodes, placement)
+
+
+def test_short_prompts_stay_local_under_shard():
+    env, nodes, placement, _ = make_cluster("shard", shard_nodes=3, stripe_pages=2, min_prompt_tokens=97)
+    seq = submit(env, nodes[0], 0.0, make_request(0, np.arange(96), output_tokens=2))
+    env.run(until=0.5)
+    assert seq.status is Status.FINISHED and placement.remote_requests == 0
+
+
+def test_the_prefix_index_sees_only_the_leading_local_pages():
+    env, nodes, placement, _ = make_cluster("spill", prefix_cache=True)
+    prompt = np.arange(200)
+    first = submit(env, nodes[0], 0.0, make_request(0, prompt, output_tokens=2))
+    second = submit(env, nodes[0], 0.5, make_request(1, prompt, output_tokens=2))
+    env.run(until=0.55)
+    assert first.status is Status.FINISHED
+    assert second.cached_tokens == 8 * PAGE  # the 8 local pages were indexed, the spilled 4 not
+    rec = placement.records[second]
+    assert rec.lead == 8 and set(rec.nodes) == {1}  # node 0 is full of its cached pages
+    env.run(until=2.0)
+    assert second.status is Status.FINISHED
+
+
+def test_kv_usage_counts_pages_where_they_live():
+    env, nodes, placement, _ = make_cluster("spill")
+    submit(env, nodes[0], 0.0, make_request(0, np.arange(200), output_tokens=2))
+    env.run(until=STEP_S + 0.05)  # after the prefill step
+    owner, host = nodes[0].kv.usage(), nodes[1].kv.usage()
+    assert owner.allocated_bytes == 8 * PAGE * TB and host.allocated_bytes == 5 * PAGE * TB
+    assert host.live_bytes == host.allocated_bytes
+    assert isinstance(nodes[0].kv, PlacedKV) and nodes[0].kv.free_tokens() == 0
+
+
+def seq_of(prompt_tokens: int, output_tokens: int = 1) -> Sequence:
+    req = make_request(0, np.arange(prompt_tokens), output_tokens=output_tokens)
+    return Sequence(req=req, keys=np.zeros(0, dtype=np.uint64), arrival_s=0.0)
+
+
+def test_can_ever_fit():
+    _, _, spill, _ = make_cluster("spill")  # 3 nodes x 8 pages of 16 tokens
+    assert spill.can_ever_fit(seq_of(383)) and not spill.can_ever_fit(seq_of(384))  # 24 | 25 pages
+    _, _, shard, _ = make_cluster("shard", shard_nodes=2, stripe_pages=4)
+    assert shard.can_ever_fit(seq_of(255))  # 16 pages: 8 per member
+    assert not shard.can_ever_fit(seq_of(256))  # 17 pages: stripes give the owner 9
+    _, _, short, _ = make_cluster("spill", min_prompt_tokens=1000)
+    assert short.can_ever_fit(seq_of(127)) and not short.can_ever_fit(seq_of(128))  # one node
+
+
+request_lists = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 300), st.integers(1, 20),
+                                  st.floats(0, 0.2)), min_size=1, max_size=12)
+
+
+def run_random(policy: str, reqs, feasible: bool):
+    env, nodes, placement, _ = make_cluster(policy, shard_nodes=3, stripe_pages=3)
+    seqs, pages = [], 0
+    for i, (node, prompt, output, t) in enumerate(reqs):
+        seq = seq_of(prompt, output)
+        need = -(-(prompt + output) // PAGE)
+        if placement.can_ever_fit(seq) and (not feasible or pages + need <= 3 * 8):
+            pages += need
+            seqs.append(submit(env, nodes[node], t, make_request(i, np.arange(prompt) + 1000 * i, output)))
+    env.run(until=30.0)
+    return nodes, placement, seqs
+
+
+@settings(max_examples=30, deadline=None)
+@given(policy=st.sampled_from(["spill", "shard"]), reqs=request_lists)
+def test_when_everything_fits_at_once_every_request_finishes_and_every_page_comes_back(policy, reqs):
+    nodes, placement, seqs = run_random(policy, reqs, feasible=True)
+    assert all(s.status is Status.FINISHED for s in seqs)
+    check_clean(nodes, placement)
+
+
+@settings(max_examples=30, deadline=None)
+@given(policy=st.sampled_from(["spill", "shard"]), reqs=request_lists)
+def test_under_any_load_pages_are_conserved_and_counted_where_they_live(policy, reqs):
+    nodes, placement, _ = run_random(policy, reqs, feasible=False)
+    for node in nodes:
+        node.kv.cache.pool.check_invariants()
+    hosted = np.zeros(len(nodes), dtype=int)
+    for rec in placement.records.values():
+        hosted += np.bincount([n for n in rec.nodes if n != rec.owner], minlength=len(nodes))
+    assert placement.hosted_pages == hosted.tolist()
+    assert sum(placement.out_pages) == int(hosted.sum())
