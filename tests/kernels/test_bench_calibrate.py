@@ -1,0 +1,102 @@
+"""Host-side helpers of the bench and the calibration, and a CPU smoke run of calibrate_one."""
+
+import pytest
+
+from kernels.bench import kv_bytes, seed_mix_lengths
+from kernels.calibrate import (
+    SCHEMA,
+    Grids,
+    calibrate_one,
+    fidelity_plans,
+    merge_tables,
+    parse_targets,
+    shard_shapes,
+)
+from sim.calibration import SCHEMA as SIM_SCHEMA
+from sim.calibration import expected_shapes, validate_table
+from sim.config import ModelConfig
+from sim.presets import MODEL_PRESETS
+
+
+def test_seed_mix_is_the_articles_load():
+    lens = seed_mix_lengths()
+    assert len(lens) == 100
+    assert lens.count(32768) == 10
+    assert all(512 <= n <= 8192 for n in lens if n != 32768)
+    assert lens == seed_mix_lengths()  # seeded
+
+
+def test_kv_bytes_formula():
+    # One 32K request at the article's shape, one layer: 2 x 8 x 128 x 32768 x 2 B.
+    assert kv_bytes([32768], 8, 128) == 2 * 8 * 128 * 32768 * 2
+
+
+@pytest.mark.parametrize("name,tp", [("article-70b", 2), ("llama-3-8b", 1), ("llama-3-70b", 2)])
+def test_shard_shapes_match_what_the_simulator_expects(name, tp):
+    preset = MODEL_PRESETS[name]
+    assert shard_shapes(preset, tp) == expected_shapes(ModelConfig(name=name, **preset), tp)
+
+
+def test_article_shard_at_tp2():
+    s = shard_shapes(MODEL_PRESETS["article-70b"], 2)
+    assert (s["num_q_heads"], s["num_kv_heads"], s["intermediate_size"]) == (32, 4, 26624)
+
+
+def test_schemas_agree():
+    assert SCHEMA == SIM_SCHEMA
+
+
+def test_parse_targets():
+    assert parse_targets("article-70b:2, llama-3-8b:1") == [("article-70b", 2), ("llama-3-8b", 1)]
+    for bad in ("article-70b", "x:0", ""):
+        with pytest.raises(ValueError):
+            parse_targets(bad)
+
+
+def test_merge_keeps_other_tables():
+    old = {"tables": [{"model": "a", "tp": 1, "v": 1}, {"model": "b", "tp": 2, "v": 1}]}
+    new = merge_tables(old, [{"model": "b", "tp": 2, "v": 2}], {"device": "X"})
+    assert new["schema"] == SCHEMA and new["device"] == "X"
+    assert new["tables"] == [{"model": "a", "tp": 1, "v": 1}, {"model": "b", "tp": 2, "v": 2}]
+
+
+def test_fidelity_plans_are_seeded_and_in_range():
+    plans = fidelity_plans(30)
+    assert plans == fidelity_plans(30)
+    assert [bool(p["prefill_new"]) for p in plans[:3]] == [False, True, True]
+    for p in plans:
+        assert len(p["decode_ctx"]) <= 256 and all(128 <= c <= 32768 for c in p["decode_ctx"])
+        assert all(16 <= n <= 4096 for n in p["prefill_new"])
+        assert p["decode_ctx"] or p["prefill_new"]
+
+
+def test_calibrate_one_runs_end_to_end_on_cpu():
+    # Tiny shapes and grids: every measured path (GEMMs, LM head, the Triton decode kernel under
+    # the interpreter, causal SDPA with cached context, composite fidelity steps) runs once.
+    preset = dict(
+        num_layers=2,
+        num_q_heads=8,
+        num_kv_heads=2,
+        head_dim=32,
+        hidden_size=64,
+        intermediate_size=128,
+        vocab_size=100,
+        dtype_bytes=2,
+    )
+    grids = Grids(
+        gemm_tokens=(1, 8),
+        lm_tokens=(1, 4),
+        decode_batch=(1, 2),
+        decode_context=(16, 48),
+        prefill_new=(16, 32),
+        prefill_context=(0, 32),
+        fidelity_max_new=32,
+        fidelity_max_chunk_ctx=32,
+    )
+    table, records = calibrate_one(
+        "tiny", 2, 3, {"block_n": 16}, lambda m: None, preset=preset, grids=grids
+    )
+    validate_table(table)
+    assert table["shapes"]["num_q_heads"] == 4 and table["shapes"]["num_kv_heads"] == 1
+    assert len(table["decode_attn"]["ms"]) == 2 and len(table["prefill_attn"]["ms"][0]) == 2
+    assert len(records) == 3 and all(r["measured_s"] > 0 for r in records)
