@@ -47,15 +47,17 @@ def evaluate(calibration: dict, fidelity: dict, gpu_name: str = "h200") -> dict[
                 decode_ctx=np.asarray(rec["decode_ctx"], dtype=np.int64),
             )
             pred = lat.measured_part_s(plan)
-            rows.append({
-                "decodes": len(rec["decode_ctx"]),
-                "decode_tokens": int(sum(rec["decode_ctx"])),
-                "chunks": len(rec["prefill_new"]),
-                "prefill_tokens": int(sum(rec["prefill_new"])),
-                "measured_s": rec["measured_s"],
-                "predicted_s": pred,
-                "rel_err": (pred - rec["measured_s"]) / rec["measured_s"],
-            })
+            rows.append(
+                {
+                    "decodes": len(rec["decode_ctx"]),
+                    "decode_tokens": int(sum(rec["decode_ctx"])),
+                    "chunks": len(rec["prefill_new"]),
+                    "prefill_tokens": int(sum(rec["prefill_new"])),
+                    "measured_s": rec["measured_s"],
+                    "predicted_s": pred,
+                    "rel_err": (pred - rec["measured_s"]) / rec["measured_s"],
+                }
+            )
         errs = np.abs([r["rel_err"] for r in rows])
         results[key] = {
             "n": len(rows),
@@ -76,13 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     results = evaluate(load_calibration(args.calibration), json.loads(args.fidelity.read_text()))
     print(f"{'model:tp':<20}{'n':>4}{'median |err|':>14}{'max |err|':>11}")
     for key, res in results.items():
-        print(f"{key:<20}{res['n']:>4}{res['median_abs_rel_err']:>14.1%}"
-              f"{res['max_abs_rel_err']:>11.1%}")
+        print(
+            f"{key:<20}{res['n']:>4}{res['median_abs_rel_err']:>14.1%}"
+            f"{res['max_abs_rel_err']:>11.1%}"
+        )
         if args.verbose:
             for r in res["rows"]:
-                print(f"   dec {r['decodes']:>3} ({r['decode_tokens']:>8} tok) chunks {r['chunks']} "
-                      f"({r['prefill_tokens']:>5} tok): measured {r['measured_s'] * 1e3:8.2f} ms "
-                      f"predicted {r['predicted_s'] * 1e3:8.2f} ms  {r['rel_err']:+.1%}")
+                print(
+                    f"   dec {r['decodes']:>3} ({r['decode_tokens']:>8} tok) chunks {r['chunks']} "
+                    f"({r['prefill_tokens']:>5} tok): measured {r['measured_s'] * 1e3:8.2f} ms "
+                    f"predicted {r['predicted_s'] * 1e3:8.2f} ms  {r['rel_err']:+.1%}"
+                )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
