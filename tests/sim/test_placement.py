@@ -5,9 +5,13 @@ Hand-built clusters of tiny pools (8 pages of 16 tokens) so every page and every
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 import simpy
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -198,3 +202,60 @@ def test_under_any_load_pages_are_conserved_and_counted_where_they_live(policy, 
         hosted += np.bincount([n for n in rec.nodes if n != rec.owner], minlength=len(nodes))
     assert placement.hosted_pages == hosted.tolist()
     assert sum(placement.out_pages) == int(hosted.sum())
+
+
+# -- end to end through `kvsched run` -------------------------------------------------------------
+def long_config(tiny_config) -> dict:
+    """Two tiny nodes (~17.5K tokens of KV each) and 20K-token requests that no node can hold."""
+    cfg = {**tiny_config, "duration_s": 20, "cluster": {"num_nodes": 2}, "network": {"mode": "rdma"}}
+    cfg["node"] = {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.13}
+    cfg["workload"] = {"name": "long_context", "params": {
+        **tiny_config["workload"]["params"], "context_share": 0.3, "context_tokens": 20000}}
+    cfg["placement"] = {"min_prompt_tokens": 10000}
+    cfg["arms"] = {"local_only": {}, "spill": {"placement": {"policy": "spill"}},
+                   "shard": {"placement": {"policy": "shard", "shard_nodes": 2}}}
+    return cfg
+
+
+def run_cli(tmp_path, cfg, out="run") -> int:
+    from sim.cli import main
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return main(["run", "--config", str(path), "--out", str(tmp_path / out), "--quiet", "--no-report"])
+
+
+def test_long_requests_fail_locally_and_are_served_across_nodes(tmp_path, tiny_config):
+    assert run_cli(tmp_path, long_config(tiny_config)) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["arms"]
+    frames = {arm: pd.read_csv(tmp_path / "run" / arm / "requests.csv") for arm in summary}
+    long = {arm: df[df.tag.str.startswith("xlong")] for arm, df in frames.items()}
+    assert len(long["local_only"]) and (long["local_only"].status == "failed").all()
+    assert "network_bytes" not in summary["local_only"]  # local_only: today's summary, unchanged
+    for arm in ("spill", "shard"):
+        assert (long[arm].status == "finished").any() and not (long[arm].status == "failed").any()
+        m = summary[arm]
+        assert m["network_bytes"] > 0 and m["remote_requests"] > 0
+        assert 0 < m["link_utilization_max"] <= 1 and m["network_transfer_s"] >= m["network_wire_s"]
+
+
+def test_placed_runs_are_deterministic(tmp_path, tiny_config):
+    cfg = long_config(tiny_config)
+    cfg["arms"] = {"spill": cfg["arms"]["spill"]}
+    assert run_cli(tmp_path, cfg, "a") == 0 and run_cli(tmp_path, cfg, "b") == 0
+    assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
+
+
+@pytest.mark.parametrize(("patch", "needle"), [
+    ({"network": {"link": {"preset": "rdma-400g", "bandwidth_bytes_per_s": 0}}},
+     "network.link.bandwidth_bytes_per_s: Input should be greater than 0"),
+    ({"placement": {"policy": "shard", "shard_nodes": 3}}, "shard_nodes=3 is larger than the cluster"),
+    ({"network": {"link": {"preset": "rdma-400g", "max_message_bytes": 8}}},
+     "max_message_bytes=8 cannot hold one page's index entry"),
+])
+def test_bad_network_or_placement_exits_2_with_one_line(tmp_path, tiny_config, capsys, patch, needle):
+    cfg = {**long_config(tiny_config), **patch, "arms": {}}
+    assert run_cli(tmp_path, cfg) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.partial").exists()
