@@ -53,9 +53,49 @@ def fmt(v: float, spec: str = ".0f") -> str:
     return "-" if v != v else format(v, spec)
 
 
+def step_table(config: Path) -> None:
+    """One decode step of one 128K-token request, priced by sim/network.py on an idle network."""
+    from sim.config import load_config_file, parse_config
+    from sim.network import Network
+
+    raw = {k: v for k, v in load_config_file(config).items() if k != "arms"}
+    print("\n| placement | remote pages | mode | transfer ms | bandwidth bound ms | x bound | "
+          "per-message ms | per-byte ms | index bytes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, layout in (("spill (1 peer)", "spill"), ("shard (3 peers)", "shard")):
+        for mode in ("naive", "batched_async", "rdma"):
+            cfg = parse_config({**raw, "network": {**raw.get("network", {}), "mode": mode}})
+            lanes = min(cfg.node.tp, cfg.network.nics_per_node or cfg.node.num_gpus)
+            net = Network(cfg.network, cfg.cluster.num_nodes, lanes, cfg.cache.page_size,
+                          cfg.model.kv_bytes_per_token, cfg.model.num_layers)
+            pages = 131072 // cfg.cache.page_size
+            reads = _remote_reads(layout, pages, cfg.cache.page_size, cfg.placement.stripe_pages)
+            c = net.price(reads, {})
+            total = c.handshake_s + c.data_s
+            n_remote = sum(len(p) for p, _ in reads.values())
+            print(f"| {label} | {n_remote:,} of {pages:,} | {mode} | {total * 1e3:.0f} | {c.wire_s * 1e3:.0f} | "
+                  f"{total / c.wire_s:.2f} | {(c.message_s + c.handshake_s) * 1e3:.0f} | {c.byte_s * 1e3:.0f} | "
+                  f"{c.index_bytes:,} |")
+
+
+def _remote_reads(layout: str, pages: int, page_size: int, stripe: int) -> dict:
+    """spill: the last half of the context on one peer, contiguous; shard: stripes over 4 nodes."""
+    if layout == "spill":
+        ids = np.arange(pages // 2)
+        return {1: (ids, len(ids) * page_size)}
+    member = (np.arange(pages) // stripe) % 4
+    out = {}
+    for peer in (1, 2, 3):
+        ids = np.arange(int((member == peer).sum()))
+        out[peer] = (ids, len(ids) * page_size)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", type=Path)
+    p.add_argument("--config", type=Path, default=Path("studies/long_context.yaml"),
+                   help="the study config, for the one-step pricing table")
     args = p.parse_args(argv)
     summary = json.loads((args.run / "summary.json").read_text())
     rows = [arm_row(args.run, arm, m) for arm, m in summary["arms"].items()]
@@ -70,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{fmt(ot['tpot_p50'])} / {fmt(ot['tpot_p99'])} | {r['out_tok_s']:.0f} | {r['preempt']} | "
               f"{r['net_gb']:.0f} | {r['util_mean']:.1%} / {r['util_max']:.1%} | "
               f"{fmt(r['transfer_over_wire'], '.2f')} | {fmt(r['msg_share'], '.0%')} |")
+    step_table(args.config)
 
 
 if __name__ == "__main__":
