@@ -35,10 +35,12 @@ BUILTIN_ARMS: dict[str, dict] = {
     "openclaw": {"cache": {"mechanism": "contiguous", "prefix_cache": False}, "policies": _ROUND_ROBIN},
     "paged": {"cache": {"mechanism": "paged", "prefix_cache": False}, "policies": _ROUND_ROBIN},
     "paged+prefix": {"cache": {"mechanism": "paged", "prefix_cache": True}, "policies": _ROUND_ROBIN},
-    # The engine: paged + prefix cache + same-prefix-same-node routing with the 90% load fallback.
+    # The engine: paged + prefix cache + same-prefix-same-node routing with the 90% load fallback,
+    # scored eviction + protected zone + admission threshold (docs/cache.md).
     "engine": {
-        "cache": {"mechanism": "paged", "prefix_cache": True},
-        "policies": {"routing": {"name": "prefix_affinity", "params": {}}},
+        "cache": {"mechanism": "paged", "prefix_cache": True, "protected_zone": True},
+        "policies": {"routing": {"name": "prefix_affinity", "params": {}}, "eviction": {"name": "scored"},
+                     "admission": {"name": "threshold"}},
     },
 }
 
