@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from sim.config import ConfigError
 from sim.sweep_backends import make_backend
 from sim.sweep_spec import Sweep, load_sweep
 from sim.sweep_store import FAILED, TABLE_CSV, SweepStore
+
+TABLE_EVERY_S = 1.0  # rebuild sweep.csv at most this often while points finish (and at the end)
 
 
 @dataclass
@@ -73,9 +76,12 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, backend: str = "local", workers
         bar = tqdm(total=len(sweep.points), initial=done, desc=sweep.spec.name, unit="pt",
                    disable=not show_progress, dynamic_ncols=True, postfix={"failed": failed})
         with stop:
+            written_s = time.monotonic()
             for record in pool.run(tasks, stop) if pool else ():
-                store.append(record)
-                store.write_table()
+                store.append(record)  # the journal is what makes the point durable
+                if time.monotonic() - written_s >= TABLE_EVERY_S:
+                    store.write_table()
+                    written_s = time.monotonic()
                 bar.update(1)
                 bar.set_postfix(failed=store.counts()[1])
     finally:

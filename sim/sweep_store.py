@@ -5,7 +5,8 @@
   DIR/points.jsonl   one JSON line per finished point, appended with one write + fsync as the point
                      finishes; a killed sweep loses at most the points in flight. A torn last line
                      (killed mid-write) is cut off when the journal is next opened.
-  DIR/sweep.csv      the table, rebuilt after every point (temporary file + atomic rename)
+  DIR/sweep.csv      the table, rebuilt at most once a second while points finish and when the
+                     sweep stops (temporary file + atomic rename)
   DIR/sweep.parquet  the same table, written when the sweep stops (needs pyarrow)
 
 A point is recognised by its id, a hash of the exact config it simulates, so a re-run (or a

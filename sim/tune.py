@@ -97,6 +97,8 @@ def write_choice(out: Path, row: dict, objective: str, max_p99: float | None) ->
 def cmd_tune(args) -> int:
     _check_model(args.model)
     check_backend_args(args)
+    if args.base and not Path(args.base).is_file():
+        raise ConfigError(f"--base: no such file {args.base}")
     base = load_config_file(args.base) if args.base else {}
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [1]
     spec = tune_spec(args.model, base, args.workload, args.duration, seeds, args.budget)
