@@ -54,13 +54,18 @@ def heatmap_svg(df: pd.DataFrame, x: str, x_order: list, y: str, y_order: list, 
         image = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower")
         for (i, j), value in np.ndenumerate(grid):
             if not np.isnan(value):
-                ax.text(j, i, f"{value:.3g}", ha="center", va="center", color="w", fontsize=7)
+                ax.text(j, i, _short(value), ha="center", va="center", color="w", fontsize=7)
         x_labels, y_labels = [str(v) for v in x_order], [str(v) for v in y_order]
         ax.set_xticks(range(len(xs)), x_labels, rotation=30 if max(map(len, x_labels)) > 6 else 0)
         ax.set_yticks(range(len(ys)), y_labels)
         ax.set(xlabel=x, ylabel=y, title=label)
         fig.colorbar(image, ax=ax)
         return _svg(fig)
+
+
+def _short(value: float) -> str:
+    """A cell label: whole numbers from 100 up (1378, not 1.38e+03), else 3 significant digits."""
+    return f"{value:.0f}" if 100 <= abs(value) < 1e7 else f"{value:.3g}"
 
 
 def _numeric(values: list) -> np.ndarray | None:
