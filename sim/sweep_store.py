@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sim.config import ConfigError
 from sim.sweep_spec import Point, Sweep
 from sim.sweep_validate import ARM_AXIS
 
@@ -46,6 +47,8 @@ class SweepStore:
 
     def open(self, restart: bool = False) -> None:
         """Create the directory and write the plan (after `read`: restarting drops the results)."""
+        if self.dir.exists() and not self.dir.is_dir():
+            raise ConfigError(f"--out: {self.dir} is a file, not a directory")
         self.dir.mkdir(parents=True, exist_ok=True)
         if restart:
             for name in (JOURNAL, TABLE_CSV, TABLE_PARQUET):

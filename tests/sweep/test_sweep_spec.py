@@ -104,6 +104,14 @@ def test_bad_axes_raise_config_error_naming_the_axis(tiny_base, axes, extra, nee
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
+def test_several_base_arms_need_a_choice(tiny_base):
+    base = {**tiny_base, "arms": {"a": {}, "b": {"cache": {"page_size": 32}}}}
+    with pytest.raises(ConfigError, match=r"^arm: the base config has arms a, b; name one"):
+        parse_sweep({"base": base, "axes": {"seed": [1]}})
+    sweep = parse_sweep({"base": base, "axes": {"arm": ["a", "b"]}})
+    assert [p.config["cache"]["page_size"] for p in sweep.points] == [16, 32]
+
+
 def test_invalid_combination_names_the_point(tiny_base):
     # Each value is valid alone; together the model's weights no longer fit one GPU.
     axes = {"model": ["llama-3-8b", "llama-3-70b"], "node": [{"num_gpus": 2, "tp": 2}, {"num_gpus": 1, "tp": 1}]}
