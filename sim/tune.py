@@ -5,7 +5,7 @@ weight, the protected-zone share and the admission threshold on a workload, and 
   DIR/sweep.yaml   the generated sweep (re-run or edit it with `kvsched sweep`)
   DIR/sweep.csv, points.jsonl, report.html   as `kvsched sweep` writes them
   DIR/tuned.yaml   the chosen config, ready for `kvsched run --config DIR/tuned.yaml`
-  DIR/choice.md    the choice, and each axis's effect on the objective (mean over the others)
+  DIR/choice.md    the choice, and each axis's effect on the objective, P99 TTFT and hit rate
 The choice: among configurations (mean over seeds) within --max-p99-ttft-ms, the best on
 --objective; ties go to the lower point index.
 """
@@ -90,8 +90,10 @@ def write_choice(out: Path, row: dict, objective: str, max_p99: float | None) ->
              f"chosen (point {int(row['point'])}): {axis_values_text(data, row)}",
              f"{metric} = {row[metric]:.4g}, p99_ttft_ms = {row['p99_ttft_ms']:.4g}, "
              f"prefix_hit_rate = {row['prefix_hit_rate']:.4g}, mean over {int(row['seeds'])} seed(s)",
-             "", f"## Effect of each axis on {metric}", *axis_effects(out, metric)]
-    (out / "choice.md").write_text("\n".join(lines) + "\n")
+             ""]
+    for shown in dict.fromkeys([metric, "p99_ttft_ms", "prefix_hit_rate"]):
+        lines += [f"## Effect of each axis on {shown} (mean over the other axes)", *axis_effects(out, shown), ""]
+    (out / "choice.md").write_text("\n".join(lines).rstrip() + "\n")
 
 
 def cmd_tune(args) -> int:
