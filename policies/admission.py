@@ -43,7 +43,7 @@ class ThresholdParams(BaseModel):
 
 class Threshold:
     """A segment shorter than min_tokens (default: its rebuild break-even length) is cached only if
-    it extends a prefix already shared."""
+    it extends a prefix already shared or was seen before (so it will be reused)."""
 
     Params = ThresholdParams
 
@@ -52,4 +52,4 @@ class Threshold:
 
     def admit(self, segment: Segment) -> bool:
         threshold = segment.break_even_tokens if self.min_tokens is None else self.min_tokens
-        return segment.already_shared or segment.tokens >= threshold
+        return segment.already_shared or segment.seen_before or segment.tokens >= threshold

@@ -56,7 +56,8 @@ class PagedKV:
             seq.false_hits += match.false_hits
             seq.wrong_reuse_tokens += match.wrong_reuse_tokens
         new_tokens = seq.prompt_tokens - seq.num_computed
-        seq.cacheable = self.cache.admit_segment(new_tokens, already_shared=bool(match.pages))
+        first_key = int(seq.keys[len(match.pages)]) if len(match.pages) < seq.keys.shape[0] else None
+        seq.cacheable = self.cache.admit_segment(new_tokens, bool(match.pages), first_key)
         self.live_tokens += seq.num_computed
         self.slot_tokens += seq.num_computed
         self.held_tokens += seq.num_computed

@@ -23,6 +23,7 @@ from sim.kv.views import PageStats, Segment
 
 CacheListener = Callable[[str, list[int], int], None]  # (event "stored"|"removed", page keys, node)
 INDEX_KINDS = ("two_level", "hash_only", "radix")
+GHOST_KEYS = 4096  # rejected segments remembered for admission on second sight
 
 
 def make_index(kind: str, num_pages: int, page_size: int) -> IndexBase:
@@ -55,6 +56,7 @@ class PagedKVCache:
         self.listeners: list[CacheListener] = []
         self.num_evicted_pages = 0
         self.admission_rejected_tokens = 0
+        self._ghost: dict[int, None] = {}  # first-page keys of recently rejected segments, oldest first
 
     @property
     def page_size(self) -> int:
@@ -102,13 +104,23 @@ class PagedKVCache:
             self.stats.hit_count[new] = 1
             self._emit("stored", [chunk_keys[i] for i in placed])
 
-    def admit_segment(self, new_tokens: int, already_shared: bool) -> bool:
-        """Admission policy: may this request's freshly computed segment enter the cache?"""
+    def admit_segment(self, new_tokens: int, already_shared: bool, first_key: int | None = None) -> bool:
+        """Admission policy: may this request's freshly computed segment enter the cache?
+
+        first_key: the chained key of the segment's first full page (None if it has none). A
+        rejected segment leaves it in a small ghost list, so the same segment seen again (a short
+        system prompt every request starts with) counts as reused: admission on second sight.
+        """
         if not self.prefix_cache:
             return False
-        if self.admission.admit(Segment(new_tokens, already_shared, self.break_even_tokens)):
+        seen = first_key is not None and first_key in self._ghost
+        if self.admission.admit(Segment(new_tokens, already_shared, self.break_even_tokens, seen)):
             return True
         self.admission_rejected_tokens += new_tokens
+        if first_key is not None and not seen:
+            self._ghost[first_key] = None
+            if len(self._ghost) > GHOST_KEYS:
+                del self._ghost[next(iter(self._ghost))]  # the oldest
         return False
 
     # -- allocation --------------------------------------------------------------------------

@@ -26,3 +26,4 @@ class Segment:
     tokens: int  # new prompt tokens
     already_shared: bool  # it extends a prefix reused from the cache (computed by another request)
     break_even_tokens: int  # sim/kv/rebuild_cost.py: rebuild of a shorter segment costs <= one step
+    seen_before: bool = False  # a recently rejected segment began with the same page (same prefix)

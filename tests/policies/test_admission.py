@@ -30,6 +30,7 @@ def test_threshold_rule():
     assert not policy.admit(Segment(tokens=63, already_shared=False, break_even_tokens=16))
     assert policy.admit(Segment(tokens=64, already_shared=False, break_even_tokens=16))
     assert policy.admit(Segment(tokens=1, already_shared=True, break_even_tokens=16))
+    assert policy.admit(Segment(tokens=1, already_shared=False, break_even_tokens=16, seen_before=True))
     assert Always(NoParams()).admit(Segment(tokens=1, already_shared=False, break_even_tokens=16))
 
 

@@ -27,7 +27,8 @@ def run_request(c: PagedKVCache, tokens: np.ndarray, now: float, read_s: float |
     pages = list(match.pages)
     need = -(-tokens.size // PAGE) - len(pages)
     pages += c.allocate(need, now)
-    if c.admit_segment(tokens.size - len(match.pages) * PAGE, bool(match.pages)):
+    first_key = int(keys[len(match.pages)]) if len(match.pages) < keys.size else None
+    if c.admit_segment(tokens.size - len(match.pages) * PAGE, bool(match.pages), first_key):
         c.store_pages(pages, keys, tokens, len(match.pages), tokens.size // PAGE, now)
     c.release(pages, now if read_s is None else read_s)
     return pages
@@ -99,6 +100,17 @@ def test_short_unshared_segment_is_not_admitted_and_its_pages_are_freed():
     assert c.index.indexed[long].all()
     follow_up = run_request(c, prompt(0, 10, 20, 30), now=3.0)  # one new page, but extends a shared prefix
     assert c.index.indexed[follow_up].all() and c.admission_rejected_tokens == 2 * PAGE
+
+
+def test_a_short_segment_seen_twice_is_admitted_on_second_sight():
+    c = cache(num_pages=16, admission=Threshold(ThresholdParams(min_tokens=100)), epoch_reclaim=False)
+    system = prompt(0, 10)  # a short system prompt every request starts with
+    first = run_request(c, np.concatenate([system, prompt(20)]), now=1.0)
+    assert not c.index.indexed[first].any()  # rejected, but remembered
+    second = run_request(c, np.concatenate([system, prompt(30)]), now=2.0)
+    assert c.index.indexed[second].all() and c.admission_rejected_tokens == 3 * PAGE
+    third = np.concatenate([system, prompt(40)])
+    assert c.match_prefix(page_keys(third, PAGE), third, 3.0).pages == second[:2]
 
 
 def test_epoch_never_evicts_a_page_whose_reader_still_runs():
