@@ -65,6 +65,27 @@ class IndexBase:
         """The indexed page a request's unindexed page may hang its successors under (none here)."""
         return None
 
+    def closed_under_children(self, pages: np.ndarray) -> bool:
+        """Are all indexed children of these (distinct, indexed) pages among them?"""
+        parents = self.parent[pages]
+        inside = np.bincount(parents[parents != ROOT], minlength=self.indexed.shape[0])[pages]
+        return bool((inside == self.num_children[pages]).all())
+
+    def remove_many(self, pages: np.ndarray) -> None:
+        """Unindex a set of pages holding every indexed child of its members (vectorised)."""
+        self._forget(pages)
+        parents = self.parent[pages]
+        self.indexed[pages] = False
+        outer = parents[parents != ROOT]
+        np.subtract.at(self.num_children, outer[self.indexed[outer]], 1)  # parents left in the index
+        self.parent[pages] = ROOT
+        self.num_children[pages] = 0
+        self.num_indexed -= int(pages.size)
+
+    def _forget(self, pages: np.ndarray) -> None:
+        """Drop the pages from the lookup structure (the implementation's dicts)."""
+        raise NotImplementedError
+
     # -- linkage shared by the implementations -------------------------------------------------
     def _link(self, pages: list[int], keys: list[int], parent: int) -> None:
         """Record a chain of new pages under `parent` (pages[i] is the parent of pages[i + 1])."""

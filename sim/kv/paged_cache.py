@@ -191,34 +191,40 @@ class PagedKVCache:
                 candidates, priority = candidates[keep], priority[keep]
             # Lowest priority first; ties: deeper (tail) pages first, then lower page id.
             order = np.lexsort((candidates, -self.index.depth[candidates], priority))[:k]
-            got = self._evict_pages(candidates[order].tolist(), now)
+            got = self._evict_pages(candidates[order], now)
             if got == 0:
                 return
             freed += got
 
-    def _evict_pages(self, pages: list[int], now: float) -> int:
-        """Unindex pages and their indexed descendants; free the unreferenced ones."""
-        removed, evicted = [], []
-        state, index = self.pool.state, self.index
+    def _evict_pages(self, pages: np.ndarray, now: float) -> int:
+        """Unindex pages (int64, in eviction order) and their indexed descendants; free the cached ones."""
+        index = self.index
+        if index.closed_under_children(pages):  # the usual case: tails come with their parents
+            removed = pages
+            index.remove_many(removed)
+        else:
+            removed = np.array(self._remove_subtrees(pages.tolist()), dtype=np.int64)
+        if removed.size == 0:
+            return 0
+        if self.protected is not None:
+            self.protected.on_removed(removed)
+        self._emit("removed", index.page_key[removed].tolist())
+        evicted = removed[self.pool.state[removed] == CACHED]  # still-used ones just lose their entry
+        if evicted.size:
+            self.pool.evict_many(evicted, now)
+            self.num_evicted_pages += int(evicted.size)
+        return int(evicted.size)
+
+    def _remove_subtrees(self, pages: list[int]) -> list[int]:
+        """Unindex pages one by one with every indexed descendant (no prefix walk reaches them)."""
+        removed = []
         stack = pages[::-1]
         while stack:
             p = stack.pop()
-            if not index.indexed[p]:
-                continue
-            removed.append(p)
-            if state[p] == CACHED:
-                evicted.append(p)
-            stack.extend(index.remove(p).tolist())  # still-used descendants just lose their entry
-        if not removed:
-            return 0
-        removed_arr = np.array(removed, dtype=np.int64)
-        if self.protected is not None:
-            self.protected.on_removed(removed_arr)
-        self._emit("removed", self.index.page_key[removed_arr].tolist())
-        if evicted:
-            self.pool.evict_many(np.array(evicted, dtype=np.int64), now)
-            self.num_evicted_pages += len(evicted)
-        return len(evicted)
+            if self.index.indexed[p]:
+                removed.append(p)
+                stack.extend(self.index.remove(p).tolist())
+        return removed
 
     def _emit(self, event: str, keys: list[int]) -> None:
         """One event per batch of pages: listeners (the routing table) pay one call, not one per page."""

@@ -160,18 +160,22 @@ class TwoLevelIndex(IndexBase):
         self.overflow.setdefault((key, parent), []).append(page)
         return True
 
+    def _forget(self, pages: np.ndarray) -> None:
+        slots = self.key_to_page
+        for page, key, parent in zip(pages.tolist(), self.page_key[pages].tolist(),
+                                     self.parent[pages].tolist(), strict=True):
+            if slots.get(key) == page:
+                del slots[key]
+            else:
+                bucket = self.overflow[(key, parent)]
+                bucket.remove(page)
+                if not bucket:
+                    del self.overflow[(key, parent)]
+
     def remove(self, page: int) -> np.ndarray:
         """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
         children = self.children(page)
-        key = int(self.page_key[page])
-        if self.key_to_page.get(key) == page:
-            del self.key_to_page[key]
-        else:
-            slot = (key, int(self.parent[page]))
-            bucket = self.overflow[slot]
-            bucket.remove(page)
-            if not bucket:
-                del self.overflow[slot]
+        self._forget(np.array([page], dtype=np.int64))
         self._unlink(page)
         return children
 

@@ -59,16 +59,20 @@ class RadixIndex(IndexBase):
             self._link(pages[:count], keys[:count], parent)
         return list(range(count))
 
+    def _forget(self, pages: np.ndarray) -> None:
+        edges, edge_of = self.edges, self.edge_of
+        for page, parent in zip(pages.tolist(), self.parent[pages].tolist(), strict=True):
+            siblings = edges.get(parent)
+            if siblings is not None:  # None: the parent went first
+                del siblings[edge_of[page]]
+                if not siblings:
+                    del edges[parent]
+            edges.pop(page, None)
+            edge_of[page] = None
+
     def remove(self, page: int) -> np.ndarray:
         """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
         children = self.children(page)
-        parent = int(self.parent[page])
-        siblings = self.edges.get(parent)
-        if siblings is not None:  # None: the parent went first (a dragged subtree)
-            del siblings[self.edge_of[page]]
-            if not siblings:
-                del self.edges[parent]
-        self.edges.pop(page, None)
-        self.edge_of[page] = None
+        self._forget(np.array([page], dtype=np.int64))
         self._unlink(page)
         return children
