@@ -6,12 +6,15 @@
 Each run is the real command (`kvsched sweep ... --restart`) in a fresh process, timed end to end
 (start-up, worker spawn, every point, table and report). The tables of all runs must be equal
 apart from wall_s; the script fails otherwise. The sum of per-point wall times (the serial work)
-is printed beside the elapsed time, so the speed-up can be read against the ideal.
+is printed beside the elapsed time, with the CPU seconds used and the machine's load average, so
+the speed-up can be read against the ideal and against what else the machine was running.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -21,12 +24,19 @@ from pathlib import Path
 import pandas as pd
 
 
-def timed_sweep(sweep: str, out: Path, backend: str, workers: int) -> tuple[float, pd.DataFrame]:
+def timed_sweep(sweep: str, out: Path, backend: str, workers: int) -> dict:
+    """Elapsed wall time, CPU seconds of the command and its workers, the machine's load, table."""
     cmd = [sys.executable, "-m", "sim.cli", "sweep", sweep, "--out", str(out), "--backend", backend,
            "--workers", str(workers), "--restart", "--quiet", "--no-report"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return time.perf_counter() - started, pd.read_csv(out / "sweep.csv")
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Ray's own processes are not children of the command once detached, so for Ray this counts
+    # only the driver and the workers it waited for.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": wall, "cpu": cpu, "load": os.getloadavg()[0], "table": pd.read_csv(out / "sweep.csv")}
 
 
 def main() -> None:
@@ -38,17 +48,18 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for backend, workers in runs:
-            wall, table = timed_sweep(args.sweep, Path(tmp) / f"{backend}{workers}", backend, workers)
-            results[(backend, workers)] = (wall, table)
-    base_wall, base_table = results[("local", 1)]
-    reference = base_table.drop(columns=["wall_s"])
-    print(f"sweep {args.sweep}: {len(base_table)} points, {int((base_table.status == 'ok').sum())} ok")
-    print("| backend | workers | wall (s) | speed-up vs 1 worker | sum of point wall (s) | table equal |")
-    print("|---|---|---|---|---|---|")
-    for (backend, workers), (wall, table) in results.items():
-        equal = table.drop(columns=["wall_s"]).equals(reference)
-        print(f"| {backend} | {workers} | {wall:.1f} | {base_wall / wall:.2f}x | {table.wall_s.sum():.1f} | "
-              f"{'yes' if equal else 'NO'} |")
+            results[(backend, workers)] = timed_sweep(args.sweep, Path(tmp) / f"{backend}{workers}", backend, workers)
+    base = results[("local", 1)]
+    reference = base["table"].drop(columns=["wall_s"])
+    print(f"sweep {args.sweep}: {len(reference)} points, {int((reference.status == 'ok').sum())} ok; "
+          f"{os.cpu_count()} cores")
+    print("| backend | workers | wall (s) | speed-up vs 1 worker | sum of point wall (s) | CPU (s) | "
+          "load avg (1 min, at end) | table equal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (backend, workers), r in results.items():
+        equal = r["table"].drop(columns=["wall_s"]).equals(reference)
+        print(f"| {backend} | {workers} | {r['wall']:.1f} | {base['wall'] / r['wall']:.2f}x | "
+              f"{r['table'].wall_s.sum():.1f} | {r['cpu']:.1f} | {r['load']:.1f} | {'yes' if equal else 'NO'} |")
         if not equal:
             sys.exit(f"{backend} x{workers}: the table differs from local x1")
 
