@@ -132,25 +132,34 @@ class Network:
             per_layer = run_len * self.messages_per_slice
         return int(per_layer.sum()) * self.num_layers
 
-    def handshake(self, peers: dict[int, np.ndarray]) -> tuple[float, int]:
-        """Send each peer the index of its pages, in parallel: (slowest peer's seconds, bytes)."""
-        if self.cfg.mode == "naive" or not peers:
-            return 0.0, 0
-        link, worst, total_bytes = self.cfg.link, 0.0, 0
+    def handshake_s(self, index_bytes: dict[int, int]) -> float:
+        """Send each peer the index of its pages, in parallel: the slowest peer's seconds."""
+        if self.cfg.mode == "naive":
+            return 0.0
+        link, worst = self.cfg.link, 0.0
         per_message = self.cfg.kernel_message_s if self.cfg.mode == "batched_async" else self.cfg.rdma_post_s
-        for peer, pages in peers.items():
-            nbytes = encoded_size({peer: pages})
+        for nbytes in index_bytes.values():
             num = math.ceil(nbytes / link.max_message_bytes)
             worst = max(worst, num * (2 * link.latency_s + per_message) + nbytes / link.bandwidth_bytes_per_s)
-            total_bytes += nbytes
-        return worst, total_bytes
+        return worst
 
-    def price(self, reads: dict[int, Flow], writes: dict[int, Flow]) -> Cost:
-        """What moving these pages costs on an idle network (per lane; lanes run in parallel)."""
+    def index_bytes(self, reads: dict[int, Flow], writes: dict[int, Flow]) -> dict[int, int]:
+        """Encoded page index per peer (the codec's bytes); none in naive mode."""
+        if self.cfg.mode == "naive":
+            return {}
+        return {p: encoded_size({p: np.concatenate([f[0] for f in (reads.get(p), writes.get(p)) if f is not None])})
+                for p in sorted({*reads, *writes})}
+
+    def price(self, reads: dict[int, Flow], writes: dict[int, Flow],
+              index_bytes: dict[int, int] | None = None) -> Cost:
+        """What moving these pages costs on an idle network (per lane; lanes run in parallel).
+        `index_bytes` (per peer) may come precomputed from the caller's cache."""
         cfg, link = self.cfg, self.cfg.link
-        peers = {p: np.concatenate([f[0] for f in (reads.get(p), writes.get(p)) if f is not None])
-                 for p in sorted({*reads, *writes})}
-        hs_s, index_bytes = self.handshake(peers)
+        if index_bytes is None:
+            index_bytes = self.index_bytes(reads, writes)
+        elif cfg.mode == "naive":
+            index_bytes = {}
+        hs_s = self.handshake_s(index_bytes)
         read_b = sum(t for _, t in reads.values()) * self.lane_token_bytes
         write_b = sum(t for _, t in writes.values()) * self.lane_token_bytes
         n_msg = sum(self.message_count(pages) for pages, _ in [*reads.values(), *writes.values()])
@@ -166,12 +175,13 @@ class Network:
         else:  # rdma: the NIC moves the bytes; the CPU only posts work requests
             message_s, byte_s = n_msg * cfg.rdma_post_s, wire_s
             data_s = link.latency_s + max(message_s, wire_s)
-        return Cost(hs_s, message_s, byte_s, data_s, wire_s, n_msg, index_bytes,
+        return Cost(hs_s, message_s, byte_s, data_s, wire_s, n_msg, sum(index_bytes.values()),
                     read_b * self.lanes, write_b * self.lanes)
 
-    def transfer(self, reader: int, reads: dict[int, Flow], writes: dict[int, Flow], now: float) -> float:
+    def transfer(self, reader: int, reads: dict[int, Flow], writes: dict[int, Flow], now: float,
+                 index_bytes: dict[int, int] | None = None) -> float:
         """Seconds before a step on `reader` may start: fetch `reads`, push `writes`."""
-        cost = self.price(reads, writes)
+        cost = self.price(reads, writes, index_bytes)
         wait_s = self._reserve(reader, reads, writes, now + cost.handshake_s)
         total = cost.handshake_s + wait_s + cost.data_s
         t = self.totals

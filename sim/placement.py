@@ -29,6 +29,7 @@ import numpy as np
 
 from sim.kv.manager import PagedKV
 from sim.network import Flow, Network
+from sim.page_index_codec import encoded_size
 from sim.sequence import Sequence, Status
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class Record:
     members: tuple[int, ...] = ()  # shard: nodes the stripes rotate over, owner first
     arrays: tuple[np.ndarray, np.ndarray] | None = None  # cached np views of nodes/pages
     went_remote: bool = False
+    peers: list[int] = field(default_factory=list)  # nodes other than the owner holding its pages
+    index_cache: dict[int, tuple[int, int]] = field(default_factory=dict)  # peer -> (m, bytes)
 
     def as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if self.arrays is None or self.arrays[0].shape[0] != len(self.nodes):
@@ -166,8 +169,10 @@ class Placement:
         remote = len(nodes) - int(counts[rec.owner])
         self.out_pages[rec.owner] += remote
         for n, c in enumerate(counts.tolist()):
-            if n != rec.owner:
+            if n != rec.owner and c:
                 self.hosted_pages[n] += c
+                if n not in rec.peers:
+                    rec.peers = sorted([*rec.peers, n])
         if remote and not rec.went_remote:
             rec.went_remote = True
             self.remote_requests += 1
@@ -228,25 +233,42 @@ class Placement:
         """Seconds the step waits for its remote pages: read the context, write the new KV."""
         reads: dict[int, list[Flow]] = {}
         writes: dict[int, list[Flow]] = {}
-        ps = self.page_size
+        index: dict[int, int] = {}
         for entry in batch:
-            seq, n = entry[0], entry[1]
-            rec = self.records.get(seq)
-            if rec is None or not rec.went_remote:
-                continue
-            nodes, pages = rec.as_arrays()
-            ctx = seq.num_computed  # tokens already in KV: this step reads them all
-            pos = rec.lead + np.arange(nodes.shape[0])
-            read_tokens = np.clip(ctx - pos * ps, 0, ps)
-            write_tokens = np.clip(np.minimum((pos + 1) * ps, ctx + n) - np.maximum(pos * ps, ctx), 0, ps)
-            for flows, tokens in ((reads, read_tokens), (writes, write_tokens)):
-                mask = (tokens > 0) & (nodes != owner)
-                for peer in np.unique(nodes[mask]).tolist():
-                    sel = mask & (nodes == peer)
-                    flows.setdefault(peer, []).append((pages[sel], int(tokens[sel].sum())))
+            rec = self.records.get(entry[0])
+            if rec is not None and rec.went_remote:
+                self._flows(rec, entry[0].num_computed, entry[1], reads, writes, index)
         if not reads and not writes:
             return 0.0
-        return self.network.transfer(owner, _merge(reads), _merge(writes), now)
+        return self.network.transfer(owner, _merge(reads), _merge(writes), now, index)
+
+    def _flows(self, rec: Record, ctx: int, n: int, reads: dict, writes: dict, index: dict) -> None:
+        """Add one request's step: it reads its ctx tokens and writes n new ones (tail pages only)."""
+        ps, lead = self.page_size, rec.lead
+        nodes, pages = rec.as_arrays()
+        pos = lead + np.arange(nodes.shape[0])  # logical page of each tail entry
+        read_end = int(np.clip(-(-ctx // ps) - lead, 0, nodes.shape[0]))
+        w0, w1 = max(0, ctx // ps - lead), int(np.clip(-(-(ctx + n) // ps) - lead, 0, nodes.shape[0]))
+        read_tok = np.minimum(ps, ctx - pos[:read_end] * ps)
+        write_tok = np.minimum((pos[w0:w1] + 1) * ps, ctx + n) - np.maximum(pos[w0:w1] * ps, ctx)
+        for peer in rec.peers:
+            sel = nodes[:read_end] == peer
+            if sel.any():
+                reads.setdefault(peer, []).append((pages[:read_end][sel], int(read_tok[sel].sum())))
+            sel = nodes[w0:w1] == peer
+            if sel.any():
+                writes.setdefault(peer, []).append((pages[w0:w1][sel], int(write_tok[sel].sum())))
+            index[peer] = index.get(peer, 0) + self._index_bytes(rec, peer, max(read_end, w1))
+
+    def _index_bytes(self, rec: Record, peer: int, m: int) -> int:
+        """Encoded index of the request's pages on `peer` among its first m tail pages (cached:
+        it changes only when the step reaches a new page)."""
+        cached = rec.index_cache.get(peer)
+        if cached is None or cached[0] != m:
+            nodes, pages = rec.as_arrays()
+            cached = (m, encoded_size({peer: pages[:m][nodes[:m] == peer]}))
+            rec.index_cache[peer] = cached
+        return cached[1]
 
     # -- what the cluster and the metrics ask ------------------------------------------------
     def can_ever_fit(self, seq: Sequence) -> bool:
