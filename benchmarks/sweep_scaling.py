@@ -26,8 +26,22 @@ import pandas as pd
 
 def timed_sweep(sweep: str, out: Path, backend: str, workers: int) -> dict:
     """Elapsed wall time, CPU seconds of the command and its workers, the machine's load, table."""
-    cmd = [sys.executable, "-m", "sim.cli", "sweep", sweep, "--out", str(out), "--backend", backend,
-           "--workers", str(workers), "--restart", "--quiet", "--no-report"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sim.cli",
+        "sweep",
+        sweep,
+        "--out",
+        str(out),
+        "--backend",
+        backend,
+        "--workers",
+        str(workers),
+        "--restart",
+        "--quiet",
+        "--no-report",
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -36,30 +50,45 @@ def timed_sweep(sweep: str, out: Path, backend: str, workers: int) -> dict:
     # Ray's own processes are not children of the command once detached, so for Ray this counts
     # only the driver and the workers it waited for.
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu, "load": os.getloadavg()[0], "table": pd.read_csv(out / "sweep.csv")}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "load": os.getloadavg()[0],
+        "table": pd.read_csv(out / "sweep.csv"),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep", nargs="?", default="studies/sweep_seed_48.yaml")
-    ap.add_argument("--ray", action="store_true", help="also time --backend ray (local instance, 2 CPUs)")
+    ap.add_argument(
+        "--ray", action="store_true", help="also time --backend ray (local instance, 2 CPUs)"
+    )
     args = ap.parse_args()
     runs = [("local", 1), ("local", 2)] + ([("ray", 2)] if args.ray else [])
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for backend, workers in runs:
-            results[(backend, workers)] = timed_sweep(args.sweep, Path(tmp) / f"{backend}{workers}", backend, workers)
+            results[(backend, workers)] = timed_sweep(
+                args.sweep, Path(tmp) / f"{backend}{workers}", backend, workers
+            )
     base = results[("local", 1)]
     reference = base["table"].drop(columns=["wall_s"])
-    print(f"sweep {args.sweep}: {len(reference)} points, {int((reference.status == 'ok').sum())} ok; "
-          f"{os.cpu_count()} cores")
-    print("| backend | workers | wall (s) | speed-up vs 1 worker | sum of point wall (s) | CPU (s) | "
-          "load avg (1 min, at end) | table equal |")
+    print(
+        f"sweep {args.sweep}: {len(reference)} points, {int((reference.status == 'ok').sum())} ok; "
+        f"{os.cpu_count()} cores"
+    )
+    print(
+        "| backend | workers | wall (s) | speed-up vs 1 worker | sum of point wall (s) | CPU (s) | "
+        "load avg (1 min, at end) | table equal |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for (backend, workers), r in results.items():
         equal = r["table"].drop(columns=["wall_s"]).equals(reference)
-        print(f"| {backend} | {workers} | {r['wall']:.1f} | {base['wall'] / r['wall']:.2f}x | "
-              f"{r['table'].wall_s.sum():.1f} | {r['cpu']:.1f} | {r['load']:.1f} | {'yes' if equal else 'NO'} |")
+        print(
+            f"| {backend} | {workers} | {r['wall']:.1f} | {base['wall'] / r['wall']:.2f}x | "
+            f"{r['table'].wall_s.sum():.1f} | {r['cpu']:.1f} | {r['load']:.1f} | {'yes' if equal else 'NO'} |"
+        )
         if not equal:
             sys.exit(f"{backend} x{workers}: the table differs from local x1")
 

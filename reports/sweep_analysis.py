@@ -23,10 +23,14 @@ OBJECTIVES: dict[str, tuple[str, str, str]] = {
 }
 # Metrics plotted over the axes, with their labels.
 HEADLINE: dict[str, str] = {
-    "output_throughput": "output throughput (tok/s)", "p99_ttft_ms": "P99 TTFT (ms)",
-    "prefix_hit_rate": "prefix hit rate", "p99_tpot_ms": "P99 TPOT (ms)",
-    "mean_ttft_ms": "mean TTFT (ms)", "peak_kv_bytes": "peak KV (bytes)",
-    "preemptions": "preemptions", "evicted_pages": "evicted pages",
+    "output_throughput": "output throughput (tok/s)",
+    "p99_ttft_ms": "P99 TTFT (ms)",
+    "prefix_hit_rate": "prefix hit rate",
+    "p99_tpot_ms": "P99 TPOT (ms)",
+    "mean_ttft_ms": "mean TTFT (ms)",
+    "peak_kv_bytes": "peak KV (bytes)",
+    "preemptions": "preemptions",
+    "evicted_pages": "evicted pages",
 }
 
 
@@ -62,7 +66,9 @@ def configurations(data: SweepData) -> pd.DataFrame:
     """Ok points grouped by configuration: metric means over seeds, `seeds` (count) and `point`
     (the first point of the group, whose config represents it)."""
     ok = data.ok
-    metrics = [c for c in ok.columns if c in _metric_columns(data) and pd.api.types.is_numeric_dtype(ok[c])]
+    metrics = [
+        c for c in ok.columns if c in _metric_columns(data) and pd.api.types.is_numeric_dtype(ok[c])
+    ]
     keys = data.config_axes
     if not keys:  # only a seed axis: one configuration
         ok = ok.assign(_all=0)
@@ -71,7 +77,11 @@ def configurations(data: SweepData) -> pd.DataFrame:
     out = grouped[metrics].mean()
     out["seeds"] = grouped.size()
     out["point"] = grouped["point"].min()
-    return out.reset_index().drop(columns=["_all"], errors="ignore").sort_values("point", kind="stable")
+    return (
+        out.reset_index()
+        .drop(columns=["_all"], errors="ignore")
+        .sort_values("point", kind="stable")
+    )
 
 
 def _metric_columns(data: SweepData) -> list[str]:
@@ -84,7 +94,9 @@ def pareto_front(df: pd.DataFrame, x: str, x_sense: str, y: str, y_sense: str) -
     sign_x = 1 if x_sense == "max" else -1
     sign_y = 1 if y_sense == "max" else -1
     rows = df.dropna(subset=[x, y])
-    order = rows.assign(_y=-sign_y * rows[y], _x=-sign_x * rows[x]).sort_values(["_y", "_x", "point"], kind="stable")
+    order = rows.assign(_y=-sign_y * rows[y], _x=-sign_x * rows[x]).sort_values(
+        ["_y", "_x", "point"], kind="stable"
+    )
     front, best_x = [], None
     for idx, row in order.iterrows():
         value = sign_x * row[x]

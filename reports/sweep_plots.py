@@ -24,7 +24,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _key(value) -> str:
@@ -42,7 +42,9 @@ def _mean_by(df: pd.DataFrame, keys: list[str], metric: str) -> pd.Series:
     return df.assign(**{k: df[k].map(_key) for k in keys}).groupby(keys)[metric].mean()
 
 
-def heatmap_svg(df: pd.DataFrame, x: str, x_order: list, y: str, y_order: list, metric: str, label: str) -> str:
+def heatmap_svg(
+    df: pd.DataFrame, x: str, x_order: list, y: str, y_order: list, metric: str, label: str
+) -> str:
     means = _mean_by(df, [x, y], metric)
     xs, ys = [_key(v) for v in x_order], [_key(v) for v in y_order]
     grid = np.full((len(ys), len(xs)), np.nan)  # [y value, x value]
@@ -95,15 +97,22 @@ def line_svg(df: pd.DataFrame, x: str, x_order: list, metric: str, label: str) -
         return _svg(fig)
 
 
-def pareto_svg(df: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_label: str, y_label: str) -> str:
+def pareto_svg(
+    df: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_label: str, y_label: str
+) -> str:
     with plt.rc_context(_RC):
         fig, ax = plt.subplots(figsize=(5.5, 3.5))
         ax.scatter(df[x], df[y], color="0.7", s=14, label="configurations")
         ordered = front.sort_values(x)
         ax.plot(ordered[x], ordered[y], color="C3", marker="o", ms=5, label="Pareto front")
         for _, row in ordered.iterrows():
-            ax.annotate(str(int(row["point"])), (row[x], row[y]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
+            ax.annotate(
+                str(int(row["point"])),
+                (row[x], row[y]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
         ax.set(xlabel=x_label, ylabel=y_label, title=f"{x_label} vs {y_label} (labels: point)")
         ax.grid(alpha=0.3)
         ax.legend()

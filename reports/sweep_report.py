@@ -27,10 +27,15 @@ from reports.sweep_analysis import (
 from reports.sweep_plots import heatmap_svg, line_svg, pareto_svg
 from sim.sweep_store import cell
 
-_CSS = ("body{font-family:sans-serif;max-width:1150px;margin:auto}table{border-collapse:collapse;font-size:13px}"
-        "td,th{padding:3px 7px;border-bottom:1px solid #ddd;text-align:right}pre{background:#f6f6f6;"
-        "padding:8px;overflow-x:auto;font-size:12px}.err{color:#a00;text-align:left}")
-_FRONTS = [("prefix_hit_rate", "max", "p99_ttft_ms", "min"), ("output_throughput", "max", "p99_ttft_ms", "min")]
+_CSS = (
+    "body{font-family:sans-serif;max-width:1150px;margin:auto}table{border-collapse:collapse;font-size:13px}"
+    "td,th{padding:3px 7px;border-bottom:1px solid #ddd;text-align:right}pre{background:#f6f6f6;"
+    "padding:8px;overflow-x:auto;font-size:12px}.err{color:#a00;text-align:left}"
+)
+_FRONTS = [
+    ("prefix_hit_rate", "max", "p99_ttft_ms", "min"),
+    ("output_throughput", "max", "p99_ttft_ms", "min"),
+]
 
 
 def _e(value) -> str:
@@ -41,10 +46,13 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path) -> None:
     data = load_sweep_dir(sweep_dir)
     configs = configurations(data)
     done = int((data.table.status == "ok").sum())
-    parts = [f"<!doctype html><meta charset='utf-8'><title>{_e(data.name)} sweep</title><style>{_CSS}</style>",
-             f"<h1>Sweep {_e(data.name)}</h1>",
-             f"<p>{done} of {len(data.plan['points'])} points ok, {len(data.table) - done} failed; "
-             f"{len(configs)} configurations{_seed_note(data)}.</p>", _axes_table(data)]
+    parts = [
+        f"<!doctype html><meta charset='utf-8'><title>{_e(data.name)} sweep</title><style>{_CSS}</style>",
+        f"<h1>Sweep {_e(data.name)}</h1>",
+        f"<p>{done} of {len(data.plan['points'])} points ok, {len(data.table) - done} failed; "
+        f"{len(configs)} configurations{_seed_note(data)}.</p>",
+        _axes_table(data),
+    ]
     parts += _best_section(data, configs)
     parts += _front_section(data, configs)
     parts += _metric_section(data, configs)
@@ -57,8 +65,10 @@ def _seed_note(data: SweepData) -> str:
 
 
 def _axes_table(data: SweepData) -> str:
-    rows = "".join(f"<tr><th>{_e(a)}</th><td style='text-align:left'>{_e(', '.join(map(str, v)))}</td></tr>"
-                   for a, v in data.plan["spec"]["axes"].items())
+    rows = "".join(
+        f"<tr><th>{_e(a)}</th><td style='text-align:left'>{_e(', '.join(map(str, v)))}</td></tr>"
+        for a, v in data.plan["spec"]["axes"].items()
+    )
     return f"<h2>Axes</h2><table>{rows}</table>"
 
 
@@ -68,9 +78,11 @@ def _best_section(data: SweepData, configs: pd.DataFrame) -> list[str]:
         row = best_by(configs, name)
         if row is None:
             continue
-        parts.append(f"<h3>{_e(sense)} {_e(label)}: {_e(f'{row[metric]:.4g}')}</h3>"
-                     f"<p>{_e(axis_values_text(data, row))} (point {int(row['point'])})</p>"
-                     f"<pre>{_e(pasteable_yaml(data, int(row['point'])))}</pre>")
+        parts.append(
+            f"<h3>{_e(sense)} {_e(label)}: {_e(f'{row[metric]:.4g}')}</h3>"
+            f"<p>{_e(axis_values_text(data, row))} (point {int(row['point'])})</p>"
+            f"<pre>{_e(pasteable_yaml(data, int(row['point'])))}</pre>"
+        )
     return parts
 
 
@@ -81,10 +93,15 @@ def _front_section(data: SweepData, configs: pd.DataFrame) -> list[str]:
             continue
         front = pareto_front(configs, x, xs, y, ys)
         parts.append(pareto_svg(configs, front, x, y, HEADLINE[x], HEADLINE[y]))
-        rows = "".join(f"<tr><td>{int(r['point'])}</td><td style='text-align:left'>{_e(axis_values_text(data, r))}"
-                       f"</td><td>{r[x]:.4g}</td><td>{r[y]:.4g}</td></tr>" for r in records(front))
-        parts.append(f"<table><tr><th>point</th><th>configuration</th><th>{_e(HEADLINE[x])}</th>"
-                     f"<th>{_e(HEADLINE[y])}</th></tr>{rows}</table>")
+        rows = "".join(
+            f"<tr><td>{int(r['point'])}</td><td style='text-align:left'>{_e(axis_values_text(data, r))}"
+            f"</td><td>{r[x]:.4g}</td><td>{r[y]:.4g}</td></tr>"
+            for r in records(front)
+        )
+        parts.append(
+            f"<table><tr><th>point</th><th>configuration</th><th>{_e(HEADLINE[x])}</th>"
+            f"<th>{_e(HEADLINE[y])}</th></tr>{rows}</table>"
+        )
     return parts
 
 
@@ -101,15 +118,21 @@ def _metric_section(data: SweepData, configs: pd.DataFrame) -> list[str]:
     parts = ["<h2>Metrics over the axes</h2>"]
     rest = axes[2:]
     if len(axes) >= 2 and rest:
-        parts.append(f"<p>Heatmaps over {_e(axes[0])} and {_e(axes[1])}, mean over {_e(', '.join(rest))}.</p>")
-    order = {a: list(dict.fromkeys(_cells(data.plan['spec']['axes'][a]))) for a in axes}
+        parts.append(
+            f"<p>Heatmaps over {_e(axes[0])} and {_e(axes[1])}, mean over {_e(', '.join(rest))}.</p>"
+        )
+    order = {a: list(dict.fromkeys(_cells(data.plan["spec"]["axes"][a]))) for a in axes}
     for metric, label in HEADLINE.items():
         if metric not in configs or configs[metric].isna().all():
             continue
         if len(axes) == 1:
             parts.append(line_svg(configs, axes[0], order[axes[0]], metric, label))
         else:
-            parts.append(heatmap_svg(configs, axes[0], order[axes[0]], axes[1], order[axes[1]], metric, label))
+            parts.append(
+                heatmap_svg(
+                    configs, axes[0], order[axes[0]], axes[1], order[axes[1]], metric, label
+                )
+            )
     return parts
 
 
@@ -143,6 +166,8 @@ def best_configs_text(sweep_dir: str | Path) -> str:
     for name, (metric, sense, label) in OBJECTIVES.items():
         row = best_by(configs, name)
         if row is not None:
-            lines.append(f"best {name:>10} ({sense} {label} = {row[metric]:.4g}): "
-                         f"{axis_values_text(data, row)} (point {int(row['point'])})")
+            lines.append(
+                f"best {name:>10} ({sense} {label} = {row[metric]:.4g}): "
+                f"{axis_values_text(data, row)} (point {int(row['point'])})"
+            )
     return "\n".join(lines)

@@ -60,12 +60,28 @@ class _StopOnSignal:
         return self.signum is not None
 
 
-def run_sweep(sweep: Sweep, out_dir: str | Path, backend: str = "local", workers: int | None = None,
-              ray_address: str | None = None, show_progress: bool = True, restart: bool = False) -> SweepOutcome:
+def run_sweep(
+    sweep: Sweep,
+    out_dir: str | Path,
+    backend: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    show_progress: bool = True,
+    restart: bool = False,
+) -> SweepOutcome:
     store = SweepStore(out_dir, sweep)
     store.read(restart)
-    tasks = [{"point_id": p.point_id, "index": p.index, "arm": p.arm, "values": p.values, "config": p.config}
-             for p in sweep.points if not store.is_done(p)]
+    tasks = [
+        {
+            "point_id": p.point_id,
+            "index": p.index,
+            "arm": p.arm,
+            "values": p.values,
+            "config": p.config,
+        }
+        for p in sweep.points
+        if not store.is_done(p)
+    ]
     # The backend first: a Ray cluster that cannot be reached fails before --out is touched.
     pool = make_backend(backend, workers or os.cpu_count() or 1, ray_address) if tasks else None
     stop = _StopOnSignal()
@@ -73,8 +89,15 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, backend: str = "local", workers
     try:
         store.open(restart)
         done, failed = store.counts()
-        bar = tqdm(total=len(sweep.points), initial=done, desc=sweep.spec.name, unit="pt",
-                   disable=not show_progress, dynamic_ncols=True, postfix={"failed": failed})
+        bar = tqdm(
+            total=len(sweep.points),
+            initial=done,
+            desc=sweep.spec.name,
+            unit="pt",
+            disable=not show_progress,
+            dynamic_ncols=True,
+            postfix={"failed": failed},
+        )
         with stop:
             written_s = time.monotonic()
             for record in pool.run(tasks, stop) if pool else ():
@@ -97,8 +120,15 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, backend: str = "local", workers
 def cmd_sweep(args) -> int:
     sweep = load_sweep(args.sweep)
     check_backend_args(args)
-    outcome = run_sweep(sweep, args.out, args.backend, args.workers, args.ray_address,
-                        show_progress=not args.quiet, restart=args.restart)
+    outcome = run_sweep(
+        sweep,
+        args.out,
+        args.backend,
+        args.workers,
+        args.ray_address,
+        show_progress=not args.quiet,
+        restart=args.restart,
+    )
     return finish(outcome, sweep, Path(args.out), write_report=not args.no_report)
 
 
@@ -113,11 +143,15 @@ def finish(outcome: SweepOutcome, sweep: Sweep, out: Path, write_report: bool) -
     """Print the outcome (and write the report); the exit status."""
     if outcome.stop_signal is not None:
         name = signal.Signals(outcome.stop_signal).name
-        print(f"interrupted by {name}: {outcome.num_done} of {outcome.num_points} points done; "
-              "run the same command again to resume")
+        print(
+            f"interrupted by {name}: {outcome.num_done} of {outcome.num_points} points done; "
+            "run the same command again to resume"
+        )
         return 128 + outcome.stop_signal
-    print(f"sweep {sweep.spec.name}: {outcome.num_done} of {outcome.num_points} points ok, "
-          f"{outcome.num_failed} failed; table: {out / TABLE_CSV}")
+    print(
+        f"sweep {sweep.spec.name}: {outcome.num_done} of {outcome.num_points} points ok, "
+        f"{outcome.num_failed} failed; table: {out / TABLE_CSV}"
+    )
     if write_report and outcome.num_done:
         from reports.sweep_report import best_configs_text, write_sweep_report
 
@@ -132,12 +166,22 @@ def finish(outcome: SweepOutcome, sweep: Sweep, out: Path, write_report: bool) -
 
 
 def add_backend_args(p) -> None:
-    p.add_argument("--backend", choices=["local", "ray"], default="local",
-                   help="local: a process pool on this machine (default); ray: Ray tasks")
-    p.add_argument("--workers", type=int, help="local processes, or CPUs of a local Ray instance "
-                   "(default: all cores)")
-    p.add_argument("--ray-address", help="join an existing Ray cluster (auto, or ray://HOST:10001); "
-                   "default: start a local instance")
+    p.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="local: a process pool on this machine (default); ray: Ray tasks",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="local processes, or CPUs of a local Ray instance (default: all cores)",
+    )
+    p.add_argument(
+        "--ray-address",
+        help="join an existing Ray cluster (auto, or ray://HOST:10001); "
+        "default: start a local instance",
+    )
     p.add_argument("--restart", action="store_true", help="discard earlier results in --out")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -66,7 +66,9 @@ def _exit_on_sigterm(signum, frame) -> None:
 
 
 def _worker_main(conn) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # Ctrl-C reaches the whole group; the parent decides
     # The parent ends a point in flight with SIGTERM; exiting through SystemExit (not the default
     # kill) lets multiprocessing unlink the semaphores this process created.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -161,7 +163,9 @@ class RayPool:
         try:
             import ray
         except ImportError:
-            raise ConfigError("--backend ray: Ray is not installed; install the extra: kvsched[ray]") from None
+            raise ConfigError(
+                "--backend ray: Ray is not installed; install the extra: kvsched[ray]"
+            ) from None
         self.ray = ray
         self.owns_instance = not ray.is_initialized()
         if self.owns_instance:
@@ -169,8 +173,10 @@ class RayPool:
                 ray.init(**_ray_init_kwargs(address, num_cpus))
             except (ConnectionError, RuntimeError, ValueError) as err:
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-                raise ConfigError(f"--ray-address: cannot start or join {where}: "
-                                  f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+                raise ConfigError(
+                    f"--ray-address: cannot start or join {where}: "
+                    f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                ) from None
         self.remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
         self.in_flight: dict = {}  # object ref -> task
 
@@ -201,14 +207,22 @@ class RayPool:
 
 def _ray_init_kwargs(address: str | None, num_cpus: int | None) -> dict:
     if address is None:
-        return dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                    logging_level=logging.WARNING)
+        return dict(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
     # A remote cluster's nodes may not have this checkout: ship the project (code and the
     # latency calibration files) as the job's working directory. Its dependencies must be
     # installed on the nodes (docs/sweeps.md).
     root = Path(__file__).resolve().parent.parent
-    return dict(address=address, log_to_driver=False, logging_level=logging.WARNING,
-                runtime_env={"working_dir": str(root), "excludes": SHIP_EXCLUDES})
+    return dict(
+        address=address,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        runtime_env={"working_dir": str(root), "excludes": SHIP_EXCLUDES},
+    )
 
 
 SHIP_EXCLUDES = ["runs", "**/__pycache__", "*.parquet", "*.html", "tests", "docs"]

@@ -100,7 +100,9 @@ def _load_base(base: dict, source_dir: Path) -> dict:
 
 def _check_axes_shape(spec: SweepSpec) -> None:
     if not spec.axes:
-        raise ConfigError("axes: no axes; give at least one dotted config path with a list of values")
+        raise ConfigError(
+            "axes: no axes; give at least one dotted config path with a list of values"
+        )
     paths = list(spec.axes)
     for path, values in spec.axes.items():
         if not values:
@@ -117,8 +119,10 @@ def _check_axes_shape(spec: SweepSpec) -> None:
     if spec.sampling == "grid" and spec.budget is not None:
         size = math.prod(len(v) for v in spec.axes.values())
         if size > spec.budget:
-            raise ConfigError(f"budget: the grid has {size} points, above budget {spec.budget}; "
-                              "raise budget or use sampling: random")
+            raise ConfigError(
+                f"budget: the grid has {size} points, above budget {spec.budget}; "
+                "raise budget or use sampling: random"
+            )
 
 
 def _sample(spec: SweepSpec, size: int) -> list[int]:
@@ -145,7 +149,9 @@ def _make_point(spec: SweepSpec, resolver: Resolver, index: int) -> Point:
         arm, config = resolver.point_config(values)
     except ConfigError as err:
         where = ", ".join(f"{k}={v!r}" for k, v in values.items())
-        raise ConfigError(f"axes: the point {where} is invalid: {str(err).removeprefix('point: ')}") from None
+        raise ConfigError(
+            f"axes: the point {where} is invalid: {str(err).removeprefix('point: ')}"
+        ) from None
     return Point(index=index, values=values, arm=arm, config=config, point_id=point_id(arm, config))
 
 
@@ -160,7 +166,8 @@ def _check_distinct(points: list[Point]) -> None:
         if p.point_id in by_id:
             first = by_id[p.point_id]
             axis = next((k for k in p.values if p.values[k] != first.values[k]), ARM_AXIS)
-            raise ConfigError(f"axes.{axis}: values {first.values.get(axis)!r} and {p.values.get(axis)!r} "
-                              "give the same config")
+            raise ConfigError(
+                f"axes.{axis}: values {first.values.get(axis)!r} and {p.values.get(axis)!r} "
+                "give the same config"
+            )
         by_id[p.point_id] = p
-

@@ -58,8 +58,16 @@ class SweepStore:
     def _plan(self) -> dict:
         spec = self.sweep.spec.model_dump(mode="json")
         spec["base"] = self.sweep.base
-        points = [{"index": p.index, "point_id": p.point_id, "arm": p.arm, "values": p.values,
-                   "config": p.config} for p in self.sweep.points]
+        points = [
+            {
+                "index": p.index,
+                "point_id": p.point_id,
+                "arm": p.arm,
+                "values": p.values,
+                "config": p.config,
+            }
+            for p in self.sweep.points
+        ]
         return {"spec": spec, "grid_size": self.sweep.grid_size, "points": points}
 
     def is_done(self, point: Point) -> bool:
@@ -70,7 +78,9 @@ class SweepStore:
         line = (json.dumps(record, default=str) + "\n").encode()  # key order = column order
         fd = os.open(self.dir / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)  # one write of one line: a record is in the journal whole or not at all
+            os.write(
+                fd, line
+            )  # one write of one line: a record is in the journal whole or not at all
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -78,7 +88,11 @@ class SweepStore:
 
     def counts(self) -> tuple[int, int]:
         """(done, failed) among the plan's points."""
-        statuses = [self.records[p.point_id]["status"] for p in self.sweep.points if p.point_id in self.records]
+        statuses = [
+            self.records[p.point_id]["status"]
+            for p in self.sweep.points
+            if p.point_id in self.records
+        ]
         return statuses.count(OK), statuses.count(FAILED)
 
     def table(self) -> pd.DataFrame:
@@ -103,8 +117,14 @@ def build_table(sweep: Sweep, records: dict[str, dict]) -> pd.DataFrame:
         metrics = record.get("metrics") or {}
         metric_names.update(dict.fromkeys(metrics))
         row = {"point": p.index, **{k: cell(v) for k, v in p.values.items()}}
-        row.update(status=record["status"], **metrics, latency_model=record.get("latency_model"),
-                   wall_s=record["wall_s"], error=record.get("error"), point_id=p.point_id)
+        row.update(
+            status=record["status"],
+            **metrics,
+            latency_model=record.get("latency_model"),
+            wall_s=record["wall_s"],
+            error=record.get("error"),
+            point_id=p.point_id,
+        )
         rows.append(row)
     axes = list(sweep.spec.axes)
     metrics = [m for m in metric_names if m not in axes and m != ARM_AXIS]
@@ -129,7 +149,11 @@ def write_parquet(df: pd.DataFrame, path: Path) -> bool:
 def cell(value):
     """An axis value in a table cell: scalars as they are; null and sections (dicts, lists) as
     JSON text, so a null value ("use the derived default") stays distinct from a missing cell."""
-    return json.dumps(value, sort_keys=True) if value is None or isinstance(value, dict | list) else value
+    return (
+        json.dumps(value, sort_keys=True)
+        if value is None or isinstance(value, dict | list)
+        else value
+    )
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -40,8 +40,10 @@ def validate(config: dict, source: str = "config") -> ExperimentConfig:
         make_policy(kind, getattr(cfg.policies, kind), rng)
     params_model = _params_model(("workload",), cfg.workload.name)
     if params_model is None:
-        raise ConfigError(f"workload.name: unknown workload {cfg.workload.name!r}; "
-                          f"allowed: {', '.join(sorted(WORKLOADS))}")
+        raise ConfigError(
+            f"workload.name: unknown workload {cfg.workload.name!r}; "
+            f"allowed: {', '.join(sorted(WORKLOADS))}"
+        )
     try:
         params_model.model_validate(cfg.workload.params)
     except ValidationError as err:
@@ -56,10 +58,16 @@ def expand(cfg: ExperimentConfig) -> dict:
     d["arms"] = {}
     for kind in REGISTRY:
         spec = d["policies"][kind]
-        spec["params"] = _params_model(("policies", kind), spec["name"]).model_validate(
-            spec["params"]).model_dump(mode="json")
-    d["workload"]["params"] = _params_model(("workload",), d["workload"]["name"]).model_validate(
-        d["workload"]["params"]).model_dump(mode="json")
+        spec["params"] = (
+            _params_model(("policies", kind), spec["name"])
+            .model_validate(spec["params"])
+            .model_dump(mode="json")
+        )
+    d["workload"]["params"] = (
+        _params_model(("workload",), d["workload"]["name"])
+        .model_validate(d["workload"]["params"])
+        .model_dump(mode="json")
+    )
     return d
 
 
@@ -99,8 +107,10 @@ class Resolver:
         elif arm is not None:
             names, field = [arm], "arm"
         elif len(own) > 1:
-            raise ConfigError(f"arm: the base config has arms {', '.join(own)}; name one with `arm:` "
-                              f"or sweep them with an `{ARM_AXIS}` axis")
+            raise ConfigError(
+                f"arm: the base config has arms {', '.join(own)}; name one with `arm:` "
+                f"or sweep them with an `{ARM_AXIS}` axis"
+            )
         else:
             names, field = (own or ["engine"]), "arm"
         for name in names:
@@ -114,7 +124,9 @@ class Resolver:
             if path == ARM_AXIS:
                 continue
             if path.split(".")[0] == "arms":
-                raise ConfigError(f"axes.{path}: arms are not swept by path; use an `{ARM_AXIS}` axis")
+                raise ConfigError(
+                    f"axes.{path}: arms are not swept by path; use an `{ARM_AXIS}` axis"
+                )
             self._check_path(path)
 
     def _check_path(self, path: str) -> None:
@@ -126,8 +138,10 @@ class Resolver:
                 raise ConfigError(f"axes.{path}: {'.'.join(prefix)} is a value, not a section")
             if seg not in keys:
                 where = ".".join(prefix) or "the config"
-                raise ConfigError(f"axes.{path}: no field {seg!r} in {where}; "
-                                  f"allowed: {', '.join(sorted(keys)) or '(none)'}")
+                raise ConfigError(
+                    f"axes.{path}: no field {seg!r} in {where}; "
+                    f"allowed: {', '.join(sorted(keys)) or '(none)'}"
+                )
             node = node.get(seg) if isinstance(node, dict) else None
             prefix.append(seg)
 

@@ -35,8 +35,14 @@ TUNE_AXES: dict[str, list] = {
 DEFAULT_DURATION_S = 60.0
 
 
-def tune_spec(model: str, base: dict, workload: str | None, duration_s: float | None, seeds: list[int],
-              budget: int | None) -> dict:
+def tune_spec(
+    model: str,
+    base: dict,
+    workload: str | None,
+    duration_s: float | None,
+    seeds: list[int],
+    budget: int | None,
+) -> dict:
     """The sweep mapping for one model: base + template policies, template axes + seeds."""
     base = {**base, "model": model, "name": f"tune-{model}"}
     if workload is not None and workload != (base.get("workload") or {}).get("name"):
@@ -49,7 +55,12 @@ def tune_spec(model: str, base: dict, workload: str | None, duration_s: float | 
         if (policies.get(kind) or {}).get("name") != spec["name"]:
             policies[kind] = dict(spec)  # a base already on the template's policy keeps its params
     base["policies"] = policies
-    spec = {"name": f"tune-{model}", "base": base, "arm": "engine", "axes": {**TUNE_AXES, "seed": seeds}}
+    spec = {
+        "name": f"tune-{model}",
+        "base": base,
+        "arm": "engine",
+        "axes": {**TUNE_AXES, "seed": seeds},
+    }
     if budget is not None:
         spec.update(sampling="random", budget=budget)
     return spec
@@ -85,14 +96,21 @@ def write_choice(out: Path, row: dict, objective: str, max_p99: float | None) ->
     data = load_sweep_dir(out)
     (out / "tuned.yaml").write_text(pasteable_yaml(data, int(row["point"])))
     metric, sense, label = OBJECTIVES[objective]
-    lines = [f"# {data.name}: chosen configuration", "",
-             f"objective: {sense} {label}" + (f", P99 TTFT <= {max_p99:g} ms" if max_p99 else ""),
-             f"chosen (point {int(row['point'])}): {axis_values_text(data, row)}",
-             f"{metric} = {row[metric]:.4g}, p99_ttft_ms = {row['p99_ttft_ms']:.4g}, "
-             f"prefix_hit_rate = {row['prefix_hit_rate']:.4g}, mean over {int(row['seeds'])} seed(s)",
-             ""]
+    lines = [
+        f"# {data.name}: chosen configuration",
+        "",
+        f"objective: {sense} {label}" + (f", P99 TTFT <= {max_p99:g} ms" if max_p99 else ""),
+        f"chosen (point {int(row['point'])}): {axis_values_text(data, row)}",
+        f"{metric} = {row[metric]:.4g}, p99_ttft_ms = {row['p99_ttft_ms']:.4g}, "
+        f"prefix_hit_rate = {row['prefix_hit_rate']:.4g}, mean over {int(row['seeds'])} seed(s)",
+        "",
+    ]
     for shown in dict.fromkeys([metric, "p99_ttft_ms", "prefix_hit_rate"]):
-        lines += [f"## Effect of each axis on {shown} (mean over the other axes)", *axis_effects(out, shown), ""]
+        lines += [
+            f"## Effect of each axis on {shown} (mean over the other axes)",
+            *axis_effects(out, shown),
+            "",
+        ]
     (out / "choice.md").write_text("\n".join(lines).rstrip() + "\n")
 
 
@@ -108,8 +126,15 @@ def cmd_tune(args) -> int:
     out = Path(args.out or f"runs/tune-{args.model}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    outcome = run_sweep(sweep, out, args.backend, args.workers, args.ray_address,
-                        show_progress=not args.quiet, restart=args.restart)
+    outcome = run_sweep(
+        sweep,
+        out,
+        args.backend,
+        args.workers,
+        args.ray_address,
+        show_progress=not args.quiet,
+        restart=args.restart,
+    )
     status = finish(outcome, sweep, out, write_report=not args.no_report)
     if outcome.stop_signal is not None or not outcome.num_done:
         return status
@@ -126,14 +151,25 @@ def cmd_tune(args) -> int:
 def register(sub) -> None:
     from reports.sweep_analysis import OBJECTIVES
 
-    p = sub.add_parser("tune", help="per-model tuning: sweep the cache policy template, pick a config")
+    p = sub.add_parser(
+        "tune", help="per-model tuning: sweep the cache policy template, pick a config"
+    )
     p.add_argument("--model", required=True, help="model preset (article-70b, llama-3-8b, ...)")
-    p.add_argument("--base", help="base experiment config (cluster, node, workload); default: the seed study")
+    p.add_argument(
+        "--base", help="base experiment config (cluster, node, workload); default: the seed study"
+    )
     p.add_argument("--workload", help="workload name (replaces the base's workload and its params)")
-    p.add_argument("--duration", type=float, help=f"simulated seconds per point (default: the base's, "
-                   f"else {DEFAULT_DURATION_S:g})")
-    p.add_argument("--seeds", help="comma-separated seeds; metrics are averaged over them (default 1)")
-    p.add_argument("--budget", type=int, help="random sample of this many points instead of the whole grid")
+    p.add_argument(
+        "--duration",
+        type=float,
+        help=f"simulated seconds per point (default: the base's, else {DEFAULT_DURATION_S:g})",
+    )
+    p.add_argument(
+        "--seeds", help="comma-separated seeds; metrics are averaged over them (default 1)"
+    )
+    p.add_argument(
+        "--budget", type=int, help="random sample of this many points instead of the whole grid"
+    )
     p.add_argument("--objective", choices=list(OBJECTIVES), default="throughput")
     p.add_argument("--max-p99-ttft-ms", type=float, help="only configurations within this P99 TTFT")
     p.add_argument("--out", help="tune directory (default runs/tune-MODEL; re-run to resume)")
@@ -145,4 +181,6 @@ def _check_model(model: str) -> None:
     from sim.presets import MODEL_PRESETS
 
     if model not in MODEL_PRESETS:
-        raise ConfigError(f"--model: unknown preset {model!r}; allowed: {', '.join(sorted(MODEL_PRESETS))}")
+        raise ConfigError(
+            f"--model: unknown preset {model!r}; allowed: {', '.join(sorted(MODEL_PRESETS))}"
+        )

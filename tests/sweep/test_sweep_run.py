@@ -32,7 +32,12 @@ def test_local_sweep_metrics_equal_a_direct_run_and_resume_skips_done(tmp_path, 
     sweep = parse_sweep({"base": tiny_base, "axes": {"cache.page_size": [16, 64], "seed": [1, 2]}})
     out = tmp_path / "sw"
     first = run_sweep(sweep, out, workers=2, show_progress=False)
-    assert (first.num_points, first.num_done, first.num_failed, first.stop_signal) == (4, 4, 0, None)
+    assert (first.num_points, first.num_done, first.num_failed, first.stop_signal) == (
+        4,
+        4,
+        0,
+        None,
+    )
     table = pd.read_csv(out / "sweep.csv")
     assert list(table.columns[:4]) == ["point", "cache.page_size", "seed", "status"]
     assert table.point.tolist() == [0, 1, 2, 3] and set(table.status) == {"ok"}
@@ -52,20 +57,30 @@ def test_local_sweep_metrics_equal_a_direct_run_and_resume_skips_done(tmp_path, 
 def test_pasted_best_config_runs_as_exactly_that_point(tmp_path, tiny_base):
     from reports.sweep_analysis import load_sweep_dir, pasteable_yaml
 
-    sweep = parse_sweep({"base": tiny_base, "axes": {"policies.routing.name": ["round_robin", "least_loaded"]}})
+    sweep = parse_sweep(
+        {"base": tiny_base, "axes": {"policies.routing.name": ["round_robin", "least_loaded"]}}
+    )
     out = tmp_path / "sw"
     run_sweep(sweep, out, workers=1, show_progress=False)
     raw = yaml.safe_load(pasteable_yaml(load_sweep_dir(out), 1))
-    (arm, cfg), = resolve_arms(raw).items()
+    ((arm, cfg),) = resolve_arms(raw).items()
     assert arm == "engine-tuned" and cfg.policies.routing.name == "least_loaded"
     _, metrics, _, _ = run_arm(cfg, arm, show_progress=False)
-    assert json.loads(json.dumps(metrics)) == next(r for r in journal(out) if r["index"] == 1)["metrics"]
+    assert (
+        json.loads(json.dumps(metrics))
+        == next(r for r in journal(out) if r["index"] == 1)["metrics"]
+    )
 
 
 def test_failed_point_is_recorded_and_retried_on_rerun(tmp_path, tiny_base):
     sweep = parse_sweep({"base": tiny_base, "axes": {"seed": [1, 2]}})
-    bad_config = {**sweep.points[1].config, "cache": {**sweep.points[1].config["cache"], "page_size": 3}}
-    bad = dataclasses.replace(sweep.points[1], config=bad_config, point_id=point_id("engine", bad_config))
+    bad_config = {
+        **sweep.points[1].config,
+        "cache": {**sweep.points[1].config["cache"], "page_size": 3},
+    }
+    bad = dataclasses.replace(
+        sweep.points[1], config=bad_config, point_id=point_id("engine", bad_config)
+    )
     broken = dataclasses.replace(sweep, points=[sweep.points[0], bad])
     out = tmp_path / "sw"
     outcome = run_sweep(broken, out, workers=1, show_progress=False)
@@ -79,12 +94,21 @@ def test_failed_point_is_recorded_and_retried_on_rerun(tmp_path, tiny_base):
 
 
 def _task(point: Point) -> dict:
-    return {"point_id": point.point_id, "index": point.index, "arm": point.arm, "values": point.values,
-            "config": point.config}
+    return {
+        "point_id": point.point_id,
+        "index": point.index,
+        "arm": point.arm,
+        "values": point.values,
+        "config": point.config,
+    }
 
 
 def test_a_killed_worker_fails_its_point_and_is_replaced(tiny_base):
-    long = {**tiny_base, "duration_s": 600, "workload": {"name": "seed", "params": {"num_clients": 64}}}
+    long = {
+        **tiny_base,
+        "duration_s": 600,
+        "workload": {"name": "seed", "params": {"num_clients": 64}},
+    }
     slow = parse_sweep({"base": long, "axes": {"seed": [1]}}).points[0]
     quick = parse_sweep({"base": tiny_base, "axes": {"seed": [1]}}).points[0]
     pool = LocalPool(1)
