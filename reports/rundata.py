@@ -28,6 +28,7 @@ class Arm:
     config: dict = field(default_factory=dict)
     requests: pd.DataFrame | None = None
     series: pd.DataFrame | None = None
+    evictions: pd.DataFrame | None = None  # optional evictions.csv: evicted pages by prefix position
 
 
 @dataclass(slots=True)
@@ -92,6 +93,8 @@ def load_run(path: str | Path, frames: bool = True) -> Run:
         if frames:
             arm.requests = _read_csv(arm_dir / "requests.csv", REQUIRED_REQUEST_COLUMNS)
             arm.series = _read_csv(arm_dir / "timeseries.csv", REQUIRED_SERIES_COLUMNS)
+            if (arm_dir / "evictions.csv").is_file():
+                arm.evictions = _read_csv(arm_dir / "evictions.csv", ["prefix_position_from", "evicted_pages"])
         arms[name] = arm
     return Run(path=path, summary=summary, config=read_json(path / "config.json", "run directory", required=False),
                run_info=read_json(path / "run_info.json", "run directory", required=False), arms=arms)

@@ -143,8 +143,32 @@ def study_sections(arms: list[Arm]) -> list[tuple[str, str, str]]:
         if ser_cols:
             body.append(series_figure(arms, ser_cols, f"{st.title}: per-node samples", f"study-{st.key}-series",
                                       "Summed over nodes, mean per time bucket: compare the arms' levels."))
+        if st.key == "eviction":
+            body.append(evictions_by_position(arms) or "")
         out.append((f"study-{st.key}", st.title, "".join(body)))
     return out
+
+
+def evictions_by_position(arms: list[Arm]) -> str | None:
+    """Grouped bars: evicted pages per prefix-position bucket, one colour per arm."""
+    frames = [(i, a, a.evictions) for i, a in enumerate(arms) if a.evictions is not None and len(a.evictions)]
+    if not frames:
+        return None
+    buckets = sorted({int(b) for _, _, f in frames for b in f.prefix_position_from})
+    fig, axes = new_figure(1, 1, width=8.0, height=3.2)
+    ax = axes[0, 0]
+    width = 0.8 / len(frames)
+    for k, (i, a, f) in enumerate(frames):
+        per = f.groupby("prefix_position_from").evicted_pages.sum()
+        ax.bar(np.arange(len(buckets)) + k * width, [int(per.get(b, 0)) for b in buckets], width,
+               color=color(i), label=mpl_label(a.label))
+    ax.set_xticks(np.arange(len(buckets)) + 0.4 - width / 2, [f"{b:,}+" for b in buckets], rotation=30, ha="right")
+    ax.set(title="Evicted pages by position in their prefix", xlabel="page's first token position in the prompt (tokens, power-of-two buckets)",
+           ylabel="evicted pages (count, all nodes)")
+    thousands(ax.yaxis)
+    legend_outside(ax)
+    return figure_html(fig, "study-eviction-positions", "Evicted pages by prefix position",
+                       "Bars far right are pages deep inside long prefixes: an arm that evicts many of them is throwing away costly-to-rebuild system prompts.")
 
 
 def other_series_section(arms: list[Arm]) -> tuple[str, str, str] | None:

@@ -5,6 +5,7 @@ Run directory layout (what `reports/` reads; nothing else):
   <arm>/config.json        the arm's fully resolved config
   <arm>/requests.csv       one row per request (metrics.REQUEST_COLUMNS)
   <arm>/timeseries.csv     per-node samples every sample_interval_s (metrics.SERIES_COLUMNS)
+  <arm>/evictions.csv      evicted pages by prefix position (power-of-two token buckets), per node
   summary.json             {"arms": {arm: metrics}, "latency_model", "seed", "version", ...}
   run_info.json            wall time and date (kept out of summary.json so it stays byte-identical)
 The directory is built under a temporary name and renamed when complete, so a failed or
@@ -26,7 +27,7 @@ from policies import make_policy
 from sim import __version__
 from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, deep_merge, parse_config
-from sim.metrics import request_frame, summarize
+from sim.metrics import eviction_frame, request_frame, summarize
 from workloads.registry import make_workload
 
 _ROUND_ROBIN = {"routing": {"name": "round_robin", "params": {}}}
@@ -108,6 +109,7 @@ def run_experiment(raw: dict, out_dir: str | Path, arms: list[str] | None = None
             _write_json(arm_dir / "config.json", cfg.model_dump(mode="json"))
             requests.to_csv(arm_dir / "requests.csv", index=False, float_format="%.6f")
             series.to_csv(arm_dir / "timeseries.csv", index=False, float_format="%.6f")
+            eviction_frame(cluster, arm).to_csv(arm_dir / "evictions.csv", index=False)
             summary["arms"][arm] = metrics
             summary["latency_model"] = cluster.latency.name
         summary.update(seed=next(iter(configs.values())).seed, name=next(iter(configs.values())).name,

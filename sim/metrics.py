@@ -166,3 +166,26 @@ def _routing_balance(requests: pd.DataFrame, series: pd.DataFrame, cluster: Clus
         "mean_router_wait_ms": float(wait_ms.mean()) if wait_ms.size else math.nan,
         "p99_router_wait_ms": _pct(wait_ms, 99),
     }
+
+
+def eviction_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
+    """Evicted pages by their position in the prefix, per node.
+
+    A page at depth d (1-based) starts at prompt token (d-1) P. The first page is its own bucket
+    [0, P); deeper pages fall in power-of-two buckets [2^b, 2^(b+1)). Deep buckets evicted = long
+    prefixes lost.
+    """
+    rows = []
+    page = cluster.page_size
+    for node in cluster.nodes:
+        counts = getattr(getattr(node.kv, "cache", None), "evicted_by_depth", None)
+        if counts is None:
+            continue
+        per_bucket: dict[int, int] = {}
+        for depth in np.flatnonzero(counts).tolist():
+            first = (depth - 1) * page
+            start = 0 if first == 0 else 1 << (first.bit_length() - 1)
+            per_bucket[start] = per_bucket.get(start, 0) + int(counts[depth])
+        for start in sorted(per_bucket):
+            rows.append((arm, node.node_id, start, page if start == 0 else 2 * start, per_bucket[start]))
+    return pd.DataFrame(rows, columns=["arm", "node", "prefix_position_from", "prefix_position_to", "evicted_pages"])

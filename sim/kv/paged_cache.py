@@ -55,6 +55,8 @@ class PagedKVCache:
         )
         self.listeners: list[CacheListener] = []
         self.num_evicted_pages = 0
+        # evicted_by_depth[d] = pages evicted at prefix position d (1-based page index in its prefix)
+        self.evicted_by_depth = np.zeros(1, dtype=np.int64)
         self.admission_rejected_tokens = 0
         self._ghost: dict[int, None] = {}  # first-page keys of recently rejected segments, oldest first
 
@@ -213,7 +215,16 @@ class PagedKVCache:
         if evicted.size:
             self.pool.evict_many(evicted, now)
             self.num_evicted_pages += int(evicted.size)
+            self._count_by_depth(self.index.depth[evicted])
         return int(evicted.size)
+
+    def _count_by_depth(self, depths: np.ndarray) -> None:
+        counts = np.bincount(depths)
+        if counts.size > self.evicted_by_depth.size:
+            counts[: self.evicted_by_depth.size] += self.evicted_by_depth
+            self.evicted_by_depth = counts
+        else:
+            self.evicted_by_depth[: counts.size] += counts
 
     def _remove_subtrees(self, pages: list[int]) -> list[int]:
         """Unindex pages one by one with every indexed descendant (no prefix walk reaches them)."""
