@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from sim.config import ConfigError
 from sim.sweep_backends import make_backend
-from sim.sweep_spec import Sweep, load_sweep
+from sim.sweep_spec import Point, Sweep, load_sweep
 from sim.sweep_store import FAILED, TABLE_CSV, SweepStore
 
 TABLE_EVERY_S = 1.0  # rebuild sweep.csv at most this often while points finish (and at the end)
@@ -60,6 +60,12 @@ class _StopOnSignal:
         return self.signum is not None
 
 
+def _task(point: Point) -> dict:
+    """What a worker needs to simulate a point (plain JSON types: it travels to other processes)."""
+    keys = ("point_id", "index", "arm", "values", "config")
+    return {k: getattr(point, k) for k in keys}
+
+
 def run_sweep(
     sweep: Sweep,
     out_dir: str | Path,
@@ -71,17 +77,7 @@ def run_sweep(
 ) -> SweepOutcome:
     store = SweepStore(out_dir, sweep)
     store.read(restart)
-    tasks = [
-        {
-            "point_id": p.point_id,
-            "index": p.index,
-            "arm": p.arm,
-            "values": p.values,
-            "config": p.config,
-        }
-        for p in sweep.points
-        if not store.is_done(p)
-    ]
+    tasks = [_task(p) for p in sweep.points if not store.is_done(p)]
     # The backend first: a Ray cluster that cannot be reached fails before --out is touched.
     pool = make_backend(backend, workers or os.cpu_count() or 1, ray_address) if tasks else None
     stop = _StopOnSignal()
