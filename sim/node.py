@@ -34,19 +34,16 @@ class Node:
         self.num_preemptions = 0
         self.num_steps = 0
         self.busy_s = 0.0
+        self.waiting_prompt_tokens = 0  # prompt tokens of the queued requests (the router reads it)
         self._wakeup = env.event()
         self._headroom_tokens = int(cfg.admission_watermark * kv.capacity_tokens())
         self.remote: Callable[[list, float], float] | None = None  # sim/placement.py: remote KV fetch
         self.process = env.process(self.serve())
 
     # -- what the router sees ----------------------------------------------------------------
-    @property
-    def waiting_prompt_tokens(self) -> int:
-        return sum(s.prompt_tokens for s in self.waiting)
-
     def submit(self, seq: Sequence) -> None:
         seq.node = self.node_id
-        self.waiting.append(seq)
+        self._enqueue(seq, front=False)
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -122,6 +119,7 @@ class Node:
                 self.kv.free(seq)
                 break
             self.waiting.popleft()
+            self.waiting_prompt_tokens -= seq.prompt_tokens
             seq.status = Status.RUNNING
             self.running.append(seq)
             batch.append((seq, n, True))
@@ -135,7 +133,11 @@ class Node:
         seq.preemptions += 1
         seq.status = Status.WAITING
         self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        self._enqueue(seq, front=True)
+
+    def _enqueue(self, seq: Sequence, front: bool) -> None:
+        (self.waiting.appendleft if front else self.waiting.append)(seq)
+        self.waiting_prompt_tokens += seq.prompt_tokens
 
     @staticmethod
     def _plan(batch: list[tuple[Sequence, int, bool]]) -> StepPlan:
