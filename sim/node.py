@@ -118,6 +118,7 @@ class Node:
             if not self.kv.grow(seq, n, now) or self.kv.free_tokens() < self._headroom_tokens:
                 self.kv.free(seq)
                 break
+            self.kv.commit(seq, now)
             self.waiting.popleft()
             self.waiting_prompt_tokens -= seq.prompt_tokens
             seq.status = Status.RUNNING

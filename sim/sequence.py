@@ -46,6 +46,7 @@ class Sequence:
     kv_tokens: int = 0  # tokens its pages hold or are being written this step (paged)
     oom_blocked: bool = False
     done: object = None  # closed loop: SimPy event the client waits on
+    pending_match: object = None  # paged: the prefix match of an admission not yet committed
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.req.prompt_tokens

@@ -45,23 +45,33 @@ class PagedKV:
         self.held_tokens = 0  # sum of kv_tokens: slots holding a token or written by the step in flight
 
     def admit(self, seq: Sequence, now: float) -> bool:
-        first = seq.preemptions == 0
-        match = self.cache.match_prefix(seq.keys, seq.req.prompt, now, first_admission=first)
+        """Place a waiting request on its cached prefix (references only; see `commit`)."""
+        match = self.cache.match_prefix(seq.keys, seq.req.prompt, now, record=False)
+        seq.pending_match = match
         seq.pages = list(match.pages)
         seq.num_computed = len(match.pages) * self.page_size
         seq.kv_tokens = seq.num_computed
         seq.stored_pages = len(match.pages)
-        if first:
-            seq.cached_tokens = seq.num_computed
-            seq.false_hits += match.false_hits
-            seq.wrong_reuse_tokens += match.wrong_reuse_tokens
-        new_tokens = seq.prompt_tokens - seq.num_computed
-        first_key = int(seq.keys[len(match.pages)]) if len(match.pages) < seq.keys.shape[0] else None
-        seq.cacheable = self.cache.admit_segment(new_tokens, bool(match.pages), first_key)
         self.live_tokens += seq.num_computed
         self.slot_tokens += seq.num_computed
         self.held_tokens += seq.num_computed
         return True
+
+    def commit(self, seq: Sequence, now: float) -> None:
+        """The request is admitted for good: record its hit and decide once whether its new segment
+        may be cached. A waiting head that is placed and rolled back step after step (head-of-line
+        blocking) must not inflate hit counts, the protected zone's window or its own false hits."""
+        match, seq.pending_match = seq.pending_match, None
+        first = seq.preemptions == 0
+        self.cache.record_hit(match.pages, now, first_admission=first)
+        if not first:
+            return
+        seq.cached_tokens = seq.num_computed
+        seq.false_hits += match.false_hits
+        seq.wrong_reuse_tokens += match.wrong_reuse_tokens
+        new_tokens = seq.prompt_tokens - seq.num_computed
+        first_key = int(seq.keys[len(match.pages)]) if len(match.pages) < seq.keys.shape[0] else None
+        seq.cacheable = self.cache.admit_segment(new_tokens, bool(match.pages), first_key)
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
         want = seq.num_computed + num_tokens
@@ -144,6 +154,9 @@ class ContiguousKV:
             seq.oom_blocked = True
             self.oom_events += 1
         return False
+
+    def commit(self, seq: Sequence, now: float) -> None:
+        pass
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
         return seq.num_computed + num_tokens <= self.reservation_tokens(seq)

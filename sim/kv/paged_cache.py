@@ -65,19 +65,30 @@ class PagedKVCache:
         return self.pool.page_size
 
     # -- prefix reuse ------------------------------------------------------------------------
-    def match_prefix(self, keys: np.ndarray, prompt: np.ndarray, now: float, first_admission: bool = True) -> Match:
-        """Reference the longest cached prefix. At least one prompt token is left to compute."""
+    def match_prefix(self, keys: np.ndarray, prompt: np.ndarray, now: float, first_admission: bool = True,
+                     record: bool = True) -> Match:
+        """Reference the longest cached prefix. At least one prompt token is left to compute.
+
+        record=False only takes the references: a node that may still roll the admission back
+        records the hit (`record_hit`) once the request really is admitted.
+        """
         if not self.prefix_cache:
             return Match(pages=[])
         max_pages = (prompt.shape[0] - 1) // self.page_size
         match = self.index.match(keys, prompt, max_pages)
         if match.pages:
             self.pool.ref_many(match.pages)
-            self.stats.last_access_s[match.pages] = now
-            self.stats.hit_count[match.pages] += 1
-        if self.protected is not None and first_admission:
-            self.protected.on_request(match.pages)
+        if record:
+            self.record_hit(match.pages, now, first_admission)
         return match
+
+    def record_hit(self, pages: list[int], now: float, first_admission: bool) -> None:
+        """What eviction and the protected zone learn from one admitted request's prefix hit."""
+        if pages:
+            self.stats.last_access_s[pages] = now
+            self.stats.hit_count[pages] += 1
+        if self.protected is not None and first_admission:
+            self.protected.on_request(pages)
 
     def store_pages(self, pages: list[int], keys: np.ndarray, prompt: np.ndarray, first: int,
                     end: int, now: float) -> None:

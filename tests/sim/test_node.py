@@ -87,3 +87,22 @@ def test_reference_counts_follow_sharing():
     env.run(until=5.0)
     assert len(finished) == 2 and int(cache.pool.ref_count.sum()) == 0
     cache.pool.check_invariants()
+
+
+def test_a_blocked_waiting_head_records_its_prefix_hit_once():
+    # 8 pages. C caches a 2-page prefix and finishes. A (4 pages of prompt, long output) runs;
+    # B shares C's prefix but needs 4 new pages, so it waits at the head of the queue, placed
+    # and rolled back every step, until A finishes. Its hit is recorded once, when admitted.
+    env, node, cache, finished = make_node(num_pages=8, budget=4096)
+    shared = np.arange(32)
+    c = submit_at(env, node, 0.0, make_request(0, np.concatenate([shared, [5]]), output_tokens=1))
+    a = submit_at(env, node, 0.05, make_request(1, np.arange(500, 563), output_tokens=30))
+    b = submit_at(env, node, 0.06, make_request(2, np.concatenate([shared, np.arange(900, 960)]), output_tokens=1))
+    env.run(until=5.0)
+    assert [s.req.request_id for s in finished] == [0, 1, 2]
+    assert b.first_token_s > a.finish_s  # B waited through many steps
+    shared_pages = [p for p in range(cache.pool.num_pages) if cache.index.indexed[p] and cache.index.depth[p] <= 2
+                    and cache.stats.created_s[p] == pytest.approx(c.first_token_s)]
+    assert len(shared_pages) == 2
+    assert cache.stats.hit_count[shared_pages].tolist() == [2, 2]  # stored by C, hit once by B
+    assert b.cached_tokens == 32 and b.false_hits == 0
