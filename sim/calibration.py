@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.config import ConfigError
 from sim.latency import RooflineLatency
 
 SCHEMA = "kvsched-calibration/1"
@@ -37,7 +38,7 @@ _TABLE_1D = {"gemm": "tokens", "lm_head": "tokens"}
 _TABLE_2D = {"decode_attn": ("batch", "context"), "prefill_attn": ("new_tokens", "context")}
 
 
-class CalibrationError(ValueError):
+class CalibrationError(ConfigError):
     """The calibration file is missing, malformed, or does not describe this model."""
 
 
@@ -248,6 +249,7 @@ def calibrated_latency_for(
         return None
     path = Path(directory) / gpu.calibration
     if not path.is_file():
-        return None
+        present = ", ".join(sorted(p.name for p in Path(directory).glob("*.json"))) or "none"
+        raise CalibrationError(f"gpu.calibration: no file {gpu.calibration!r} in kernels/calibration (present: {present})")
     table = find_table(_load_cached(str(path), path.stat().st_mtime_ns), model, tp)
     return None if table is None else CalibratedLatency(model, gpu, tp, table)

@@ -13,7 +13,7 @@ import numpy as np
 import simpy
 
 from policies import make_policy
-from sim.config import ExperimentConfig
+from sim.config import ConfigError, ExperimentConfig
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.hashing import page_keys
 from sim.kv.manager import ContiguousKV, paged_kv_from_config
@@ -43,6 +43,7 @@ class Cluster:
         self.placement = make_placement(cfg, self.nodes)  # None for local_only: nothing changes
         self.router = Router(self.env, cfg.router, make_policy("routing", cfg.policies.routing, rng), self.table,
                              self.nodes, self.page_size, self.capacity_bytes // self.token_bytes, self.token_bytes)
+        self._failures_in_a_row = 0  # closed loop: consecutive requests that can never fit
         self.sequences: list[Sequence] = []
         self.hit_tokens = 0
         self.prompt_tokens = 0
@@ -77,6 +78,17 @@ class Cluster:
             if seq.status in (Status.WAITING, Status.RUNNING):
                 seq.status = Status.UNFINISHED
 
+    MAX_FAILURES_IN_A_ROW = 10_000
+
+    def _check_not_all_failing(self) -> None:
+        """A closed-loop client whose requests all fail would spin at one instant forever."""
+        self._failures_in_a_row += 1
+        if self._failures_in_a_row >= self.MAX_FAILURES_IN_A_ROW:
+            raise ConfigError(
+                f"workload: {self.MAX_FAILURES_IN_A_ROW} requests in a row can never fit one node "
+                "(prompt + output longer than its KV pool or max_model_len); use larger nodes or shorter requests"
+            )
+
     def _open_loop(self, requests: Iterator[Request]):
         for req in requests:
             if req.arrival_s >= self.cfg.duration_s:
@@ -92,7 +104,9 @@ class Cluster:
                 return
             seq = self.dispatch(req)
             if seq.status == Status.FAILED:
+                self._check_not_all_failing()
                 continue
+            self._failures_in_a_row = 0
             seq.done = self.env.event()
             yield seq.done
 

@@ -88,8 +88,10 @@ class NodeConfig(Strict):
 
     @model_validator(mode="after")
     def _tp_fits(self) -> NodeConfig:
-        if self.num_gpus % self.tp:
-            raise ValueError(f"tp={self.tp} must divide num_gpus={self.num_gpus}")
+        # A node is one engine: one tensor-parallel group with one KV pool, one scheduler and one
+        # latency model. Data parallelism is more nodes (cluster.num_nodes), each with its own cache.
+        if self.num_gpus != self.tp:
+            raise ValueError(f"num_gpus={self.num_gpus} must equal tp={self.tp} (data parallel: add nodes)")
         return self
 
 

@@ -93,7 +93,7 @@ def run_arm(cfg: ExperimentConfig, arm: str, show_progress: bool = True) -> tupl
 def run_experiment(raw: dict, out_dir: str | Path, arms: list[str] | None = None,
                    show_progress: bool = True, write_report: bool = True) -> dict:
     configs = resolve_arms(raw, arms)
-    out_dir = Path(out_dir)
+    out_dir = check_out_dir(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -129,6 +129,18 @@ def run_experiment(raw: dict, out_dir: str | Path, arms: list[str] | None = None
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return summary
+
+
+def check_out_dir(path: str | Path) -> Path:
+    """The run directory may be new, empty, or an earlier run (replaced); never anything else."""
+    out = Path(path).resolve()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out: {path} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "summary.json").is_file():
+        raise ConfigError(f"--out: {path} exists and is not a kvsched run directory; choose a new path")
+    if out.parent == out:
+        raise ConfigError(f"--out: {path} is the filesystem root")
+    return out
 
 
 def arm_dir_name(arm: str) -> str:

@@ -77,3 +77,25 @@ def test_unknown_arm_and_missing_config_exit_2(tmp_path, tiny_config, capsys):
     assert "unknown arm 'nope'" in capsys.readouterr().err
     assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert main(["run", "--duration", "abc"]) == 2
+
+
+def test_out_must_be_new_empty_or_an_earlier_run(tmp_path, tiny_config, capsys):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "keep.txt").write_text("mine")
+    cfg = write_config(tmp_path, tiny_config)
+    assert main(["run", "--config", cfg, "--out", str(notes), "--quiet", "--no-report"]) == 2
+    assert "is not a kvsched run directory" in capsys.readouterr().err
+    assert (notes / "keep.txt").read_text() == "mine"
+    assert run(tmp_path, tiny_config, extra=["--arms", "engine"]) == 0
+    assert run(tmp_path, tiny_config, extra=["--arms", "paged"]) == 0  # an earlier run is replaced
+    assert list(json.loads((tmp_path / "run" / "summary.json").read_text())["arms"]) == ["paged"]
+
+
+def test_a_closed_loop_whose_requests_never_fit_stops_with_one_line(tmp_path, tiny_config, capsys):
+    cfg = {**tiny_config, "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
+           "workload": {"name": "seed", "params": {"num_clients": 2, "input_min": 100000, "input_max": 100000,
+                                                   "long_share": 0.0}}}
+    assert run(tmp_path, cfg, extra=["--arms", "engine"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "can never fit one node" in err

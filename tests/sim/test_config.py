@@ -40,6 +40,7 @@ def test_llama_presets_have_their_published_shapes():
         ({"cache": {"page_size": 24}}, "cache.page_size"),
         ({"model": "gpt-9"}, "model"),
         ({"node": {"num_gpus": 2, "tp": 4}}, "node"),
+        ({"node": {"num_gpus": 4, "tp": 2}}, "node"),
         ({"cluster": {"num_nodes": 0}}, "cluster.num_nodes"),
         ({"cache": {"mechanism": "magic"}}, "cache.mechanism"),
     ],
