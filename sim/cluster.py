@@ -45,8 +45,6 @@ class Cluster:
                              self.nodes, self.page_size, self.capacity_bytes // self.token_bytes, self.token_bytes)
         self._failures_in_a_row = 0  # closed loop: consecutive requests that can never fit
         self.sequences: list[Sequence] = []
-        self.hit_tokens = 0
-        self.prompt_tokens = 0
 
     # -- construction --------------------------------------------------------------------------
     def _make_node(self, node_id: int) -> Node:
@@ -138,8 +136,6 @@ class Cluster:
         return total * self.token_bytes <= self.capacity_bytes
 
     def _on_finish(self, seq: Sequence) -> None:
-        self.hit_tokens += seq.cached_tokens
-        self.prompt_tokens += seq.prompt_tokens
         seq.drop_tokens()
         if seq.done is not None and not seq.done.triggered:
             seq.done.succeed()

@@ -6,7 +6,7 @@ Run directory layout (what `reports/` reads; nothing else):
   <arm>/requests.csv       one row per request (metrics.REQUEST_COLUMNS)
   <arm>/timeseries.csv     per-node samples every sample_interval_s (metrics.SERIES_COLUMNS)
   <arm>/evictions.csv      evicted pages by prefix position (power-of-two token buckets), per node
-  summary.json             {"arms": {arm: metrics}, "latency_model", "seed", "version", ...}
+  summary.json             {"arms": {arm: metrics}, "latency_model", "latency_models" (per arm), "seed", "version", ...}
   run_info.json            wall time and date (kept out of summary.json so it stays byte-identical)
 The directory is built under a temporary name and renamed when complete, so a failed or
 interrupted run never leaves a directory that looks finished.
@@ -111,7 +111,9 @@ def run_experiment(raw: dict, out_dir: str | Path, arms: list[str] | None = None
             series.to_csv(arm_dir / "timeseries.csv", index=False, float_format="%.6f")
             eviction_frame(cluster, arm).to_csv(arm_dir / "evictions.csv", index=False)
             summary["arms"][arm] = metrics
-            summary["latency_model"] = cluster.latency.name
+            summary.setdefault("latency_models", {})[arm] = cluster.latency.name
+        models = sorted(set(summary["latency_models"].values()))
+        summary["latency_model"] = models[0] if len(models) == 1 else "mixed: " + ", ".join(models)
         summary.update(seed=next(iter(configs.values())).seed, name=next(iter(configs.values())).name,
                        version=__version__)
         _write_json(tmp / "summary.json", summary)

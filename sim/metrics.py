@@ -27,7 +27,6 @@ REQUEST_COLUMNS = [
 SERIES_COLUMNS = [
     "time_s", "node", "kv_capacity_bytes", "kv_pool_bytes", "kv_allocated_bytes", "kv_live_bytes",
     "kv_cached_bytes", "kv_retired_bytes", "kv_fragmentation_bytes", "waiting", "running", "load",
-    "hit_tokens", "prompt_tokens",
     # KV cache engine (sim/kv/): counts are cumulative per node, the rest are gauges
     "kv_internal_frag_bytes", "index_overhead_bytes", "protected_pages", "evicted_pages", "use_after_free",
 ]
@@ -52,9 +51,7 @@ class Recorder:
             self.rows.append((
                 now, node.node_id, u.capacity_bytes, u.pool_bytes, u.allocated_bytes, u.live_bytes,
                 u.cached_bytes, u.retired_bytes, u.fragmentation_bytes, len(node.waiting),
-                len(node.running), load, cluster.hit_tokens,
-                cluster.prompt_tokens,
-                u.internal_frag_bytes, u.index_bytes, *_cache_counters(node.kv),
+                len(node.running), load, u.internal_frag_bytes, u.index_bytes, *_cache_counters(node.kv),
             ))
 
     def series(self) -> pd.DataFrame:
@@ -82,10 +79,14 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
     e2el = ((done.finish_s - done.arrival_s) * 1e3).to_numpy()
     decode_tokens = (done.output_tokens - 1).clip(lower=1)
     tpot = ((done.finish_s - done.first_token_s) * 1e3 / decode_tokens)[done.output_tokens > 1].to_numpy()
-    served = requests[requests.status != Status.FAILED.value]
-    prompt_tokens = int(served.prompt_tokens.sum())
-    total_pool = series.groupby("time_s")[["kv_allocated_bytes", "kv_cached_bytes", "kv_retired_bytes"]].sum()
-    held = series.kv_allocated_bytes.sum()
+    prompt_tokens = int(done.prompt_tokens.sum())
+    per_time = series.groupby("time_s")[["kv_pool_bytes", "kv_allocated_bytes", "kv_cached_bytes",
+                                         "kv_retired_bytes"]].sum()
+    if cluster.cfg.cache.mechanism == "contiguous":
+        held = per_time.kv_pool_bytes  # the grown segments, holes included: no one else can use them
+    else:
+        held = per_time.kv_allocated_bytes + per_time.kv_retired_bytes  # cached pages are evictable
+    allocated = series.kv_allocated_bytes.sum()
     nodes = [n.kv for n in cluster.nodes]
     caches = [kv.cache for kv in nodes if hasattr(kv, "cache")]
     out = {
@@ -105,9 +106,12 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "mean_e2el_ms": float(e2el.mean()) if e2el.size else math.nan,
         "p50_e2el_ms": _pct(e2el, 50),
         "p99_e2el_ms": _pct(e2el, 99),
-        "prefix_hit_rate": float(served.cached_tokens.sum()) / prompt_tokens if prompt_tokens else 0.0,
-        "peak_kv_bytes": int(total_pool.sum(axis=1).max()) if len(total_pool) else 0,
-        "kv_utilization": float(series.kv_live_bytes.sum() / held) if held else 0.0,
+        # Over completed requests (their prompt tokens served from the cache / their prompt tokens).
+        "prefix_hit_rate": float(done.cached_tokens.sum()) / prompt_tokens if prompt_tokens else 0.0,
+        # KV memory that could not be handed to a new request without evicting, all nodes.
+        "peak_kv_bytes": int(held.max()) if len(held) else 0,
+        "peak_cached_kv_bytes": int(per_time.kv_cached_bytes.max()) if len(per_time) else 0,
+        "kv_utilization": float(series.kv_live_bytes.sum() / allocated) if allocated else 0.0,
         "oom_events": int(sum(getattr(kv, "oom_events", 0) for kv in nodes)),
         "preemptions": int(sum(n.num_preemptions for n in cluster.nodes)),
         "false_hits": int(requests.false_hits.sum()),

@@ -1,0 +1,75 @@
+"""summarize(): every headline metric on a hand-built run with known answers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.metrics import REQUEST_COLUMNS, SERIES_COLUMNS, summarize
+
+
+def fake_cluster(mechanism: str = "paged"):
+    kv = SimpleNamespace()  # no cache, no oom counter: both count 0
+    nodes = [SimpleNamespace(kv=kv, num_preemptions=1, busy_s=5.0), SimpleNamespace(kv=kv, num_preemptions=2, busy_s=15.0)]
+    cfg = SimpleNamespace(duration_s=10.0, cache=SimpleNamespace(mechanism=mechanism))
+    return SimpleNamespace(cfg=cfg, nodes=nodes, placement=None)
+
+
+def requests() -> pd.DataFrame:
+    rows = [
+        # id, arm, node, tag, arrival, first token, finish, prompt, cached, output, preempt, fh, wrong, status, routed, uaf
+        (0, "a", 0, "", 0.0, 0.1, 1.1, 100, 50, 11, 0, 0, 0, "finished", 0.0, 0),
+        (1, "a", 1, "", 1.0, 1.3, 3.3, 300, 0, 5, 0, 1, 0, "finished", 1.0, 0),
+        (2, "a", 1, "", 2.0, 2.2, 2.2, 100, 100, 1, 0, 0, 0, "finished", 2.0, 0),  # one output: no TPOT
+        (3, "a", 0, "", 5.0, np.nan, np.nan, 400, 0, 0, 0, 0, 0, "unfinished", 5.0, 0),
+        (4, "a", -1, "", 6.0, np.nan, 6.0, 900, 0, 0, 0, 0, 0, "failed", 6.0, 0),
+    ]
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+
+
+def series() -> pd.DataFrame:
+    base = dict.fromkeys(SERIES_COLUMNS, 0)
+    rows = []
+    for t, alloc, cached, retired, pool, live in [(0.0, 10, 5, 1, 40, 8), (1.0, 30, 2, 3, 60, 20)]:
+        for node in (0, 1):
+            rows.append({**base, "time_s": t, "node": node, "kv_allocated_bytes": alloc, "kv_cached_bytes": cached,
+                         "kv_retired_bytes": retired, "kv_pool_bytes": pool, "kv_live_bytes": live,
+                         "load": 0.2 if node == 0 else 0.6})
+    return pd.DataFrame(rows)
+
+
+def test_latency_throughput_and_hit_rate_are_exact():
+    m = summarize(requests(), series(), fake_cluster())
+    assert (m["completed"], m["failed"], m["unfinished"]) == (3, 1, 1)
+    assert m["request_throughput"] == pytest.approx(0.3)
+    assert m["output_throughput"] == pytest.approx(1.7)  # 17 output tokens in 10 s
+    assert m["total_token_throughput"] == pytest.approx((17 + 500) / 10)
+    assert m["mean_ttft_ms"] == pytest.approx((100 + 300 + 200) / 3)
+    # TPOT over requests with more than one output token: 1000 ms / 10 and 2000 ms / 4.
+    assert m["mean_tpot_ms"] == pytest.approx((100 + 500) / 2)
+    assert m["p50_e2el_ms"] == pytest.approx(1100)
+    assert m["prefix_hit_rate"] == pytest.approx(150 / 500)  # completed requests only
+    assert m["preemptions"] == 3 and m["oom_events"] == 0 and m["false_hits"] == 1
+    assert m["max_node_request_share"] == pytest.approx(0.5)  # 2 of 4 routed requests per node
+    assert m["load_imbalance"] == pytest.approx(0.6 / 0.4)
+    assert m["busy_imbalance"] == pytest.approx(15 / 10)
+
+
+def test_peak_kv_is_what_cannot_be_reused_without_evicting():
+    paged = summarize(requests(), series(), fake_cluster("paged"))
+    assert paged["peak_kv_bytes"] == 2 * (30 + 3)  # allocated + retired, two nodes
+    assert paged["peak_cached_kv_bytes"] == 2 * 5
+    assert paged["kv_utilization"] == pytest.approx((8 + 20) / (10 + 30))
+    contiguous = summarize(requests(), series(), fake_cluster("contiguous"))
+    assert contiguous["peak_kv_bytes"] == 2 * 60  # the grown pool, holes included
+
+
+def test_no_completed_request_gives_nulls_not_nan():
+    r = requests()
+    r["status"] = "unfinished"
+    m = summarize(r, series(), fake_cluster())
+    assert m["completed"] == 0 and m["mean_ttft_ms"] is None and m["p99_tpot_ms"] is None
+    assert m["prefix_hit_rate"] == 0.0
