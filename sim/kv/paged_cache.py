@@ -165,7 +165,22 @@ class PagedKVCache:
         return self.pool.end_epoch(now)
 
     def idle_reclaim(self, now: float) -> float | None:
-        return self.pool.idle_reclaim(now)
+        """Seconds until memory may come back to an idle node (0: now; None: only new work helps).
+
+        Retired pages return as their readers exit; cached pages released inside the race window
+        become evictable at the same moments, so an idle node must wake for those too."""
+        waits = [w for w in (self.pool.idle_reclaim(now), self._cached_unsafe_wait(now)) if w is not None]
+        return min(waits) if waits else None
+
+    def _cached_unsafe_wait(self, now: float) -> float | None:
+        if not self.pool.epoch_reclaim:
+            return None
+        cached = np.flatnonzero(self.pool.state == CACHED)
+        epochs = self.pool.release_epoch[cached]
+        unsafe = epochs[~self.pool.epochs.safe(epochs, now)]
+        if unsafe.size == 0:
+            return None
+        return max(0.0, self.pool.epochs.exit_s(int(unsafe.min())) - now)
 
     def protected_pages(self) -> np.ndarray:
         if self.protected is None:

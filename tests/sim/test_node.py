@@ -106,3 +106,19 @@ def test_a_blocked_waiting_head_records_its_prefix_hit_once():
     assert len(shared_pages) == 2
     assert cache.stats.hit_count[shared_pages].tolist() == [2, 2]  # stored by C, hit once by B
     assert b.cached_tokens == 32 and b.false_hits == 0
+
+
+def test_an_idle_node_wakes_when_cached_pages_leave_the_race_window():
+    # Epoch reclamation with readers outliving each step by 0.5 s: A's cached pages cannot be
+    # evicted before 0.5 s after its last step. B needs them; the idle node must wake by itself.
+    env = simpy.Environment()
+    cache = PagedKVCache(8, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams()),
+                         race_window_s=0.5)
+    finished: list[Sequence] = []
+    node = Node(env, 0, NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0), PagedKV(cache, 1024),
+                ConstantLatency(0.01), finished.append)
+    submit_at(env, node, 0.0, make_request(0, np.arange(64), output_tokens=1))
+    b = submit_at(env, node, 0.02, make_request(1, np.arange(1000, 1090), output_tokens=1))
+    env.run(until=10.0)
+    assert b.status is Status.FINISHED
+    assert 0.5 < b.first_token_s < 0.6
