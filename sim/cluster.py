@@ -128,12 +128,18 @@ class Cluster:
         self.nodes[node].submit(seq)
 
     def _can_ever_fit(self, seq: Sequence) -> bool:
+        """Could an empty node place this request whole? If not it fails at once rather than
+        blocking its node's queue for the rest of the run (same arithmetic as admission)."""
         if self.placement is not None:  # pages may live on other nodes too
             return self.placement.can_ever_fit(seq)
+        c, node = self.cfg.cache, self.nodes[0]
         total = seq.prompt_tokens + seq.req.output_tokens
-        if self.cfg.cache.mechanism == "contiguous":
-            return total <= self.cfg.cache.max_model_len and total * self.token_bytes <= self.capacity_bytes
-        return total * self.token_bytes <= self.capacity_bytes
+        usable = node.kv.capacity_tokens() - node.headroom_tokens
+        if c.mechanism == "contiguous":
+            return total <= c.max_model_len and node.kv.reservation_tokens(seq) <= usable
+        if c.protected_zone:  # the zone may hold its cap of pages that are never evicted
+            usable -= int(c.protected_max_fraction * node.kv.capacity_tokens())
+        return -(-total // self.page_size) * self.page_size <= usable
 
     def _on_finish(self, seq: Sequence) -> None:
         seq.drop_tokens()

@@ -36,7 +36,7 @@ class Node:
         self.busy_s = 0.0
         self.waiting_prompt_tokens = 0  # prompt tokens of the queued requests (the router reads it)
         self._wakeup = env.event()
-        self._headroom_tokens = int(cfg.admission_watermark * kv.capacity_tokens())
+        self.headroom_tokens = int(cfg.admission_watermark * kv.capacity_tokens())
         self.remote: Callable[[list, float], float] | None = None  # sim/placement.py: remote KV fetch
         self.process = env.process(self.serve())
 
@@ -115,7 +115,7 @@ class Node:
             if not self.kv.admit(seq, now):
                 break
             n = min(seq.prefill_target - seq.num_computed, budget)
-            if not self.kv.grow(seq, n, now) or self.kv.free_tokens() < self._headroom_tokens:
+            if not self.kv.grow(seq, n, now) or self.kv.free_tokens() < self.headroom_tokens:
                 self.kv.free(seq)
                 break
             self.kv.commit(seq, now)
