@@ -169,7 +169,16 @@ def _routing_balance(requests: pd.DataFrame, series: pd.DataFrame, cluster: Clus
         "max_node_request_share": float(per_node.max() / per_node.sum()) if per_node.sum() else math.nan,
         "mean_router_wait_ms": float(wait_ms.mean()) if wait_ms.size else math.nan,
         "p99_router_wait_ms": _pct(wait_ms, 99),
+        # share of the router's lane-seconds spent deciding (1.0 = saturated)
+        "router_utilization": _router_utilization(cluster),
     }
+
+
+def _router_utilization(cluster: Cluster) -> float:
+    router = getattr(cluster, "router", None)
+    if router is None or not hasattr(router, "busy_s"):
+        return math.nan
+    return router.busy_s / (router.cfg.lanes * cluster.cfg.duration_s)
 
 
 def eviction_frame(cluster: Cluster, arm: str) -> pd.DataFrame:

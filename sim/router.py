@@ -39,7 +39,6 @@ class Router:
             self.lanes = [simpy.Resource(env, capacity=cfg.lanes)]
         else:
             self.lanes = [simpy.Resource(env, capacity=1) for _ in range(cfg.lanes)]
-        self.num_routed = [0] * len(nodes)  # decisions per node
         self.busy_s = 0.0  # lane-seconds spent deciding
 
     # -- the decision ----------------------------------------------------------------------------
@@ -63,7 +62,6 @@ class Router:
         node = self.policy.route(query, self.views(seq.keys))
         if not 0 <= node < len(self.nodes):
             raise AssertionError(f"routing policy returned node {node} of {len(self.nodes)}")
-        self.num_routed[node] += 1
         return node
 
     # -- the resource ----------------------------------------------------------------------------

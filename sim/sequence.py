@@ -60,7 +60,3 @@ class Sequence:
     def prefill_target(self) -> int:
         """Tokens to compute before the next token is emitted (prompt, plus outputs after a preemption)."""
         return self.prompt_tokens + max(0, self.num_generated - 1)
-
-    @property
-    def in_prefill(self) -> bool:
-        return self.num_computed < self.prefill_target

@@ -20,9 +20,6 @@ class ContiguousAllocator:
         self.regions: dict[int, tuple[int, int]] = {}  # owner -> (start, size)
         self.used_bytes = 0
 
-    def can_allocate(self, size: int) -> bool:
-        return self._first_fit(size) is not None or self._grow_room() >= size - self._tail_hole()
-
     def allocate(self, owner: int, size: int) -> bool:
         """Reserve `size` bytes for `owner`; grow the pool if no hole fits. False = OOM."""
         assert owner not in self.regions
@@ -65,11 +62,6 @@ class ContiguousAllocator:
 
     def _grow_room(self) -> int:
         return self.capacity_bytes - self.pool_bytes
-
-    def _tail_hole(self) -> int:
-        if self.holes and sum(self.holes[-1]) == self.pool_bytes:
-            return self.holes[-1][1]
-        return 0
 
     def _grow(self) -> None:
         step = min(self.segment_bytes, self._grow_room())
