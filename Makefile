@@ -18,7 +18,6 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/kvsched run --out runs/seed
-	@echo "report: runs/seed/report.html"
 
 test: $(STAMP)
 	$(BIN)/ruff check .
