@@ -9,6 +9,7 @@ and `radix_index.RadixIndex` (token-exact tree).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,7 @@ class Match:
     wrong_reuse_tokens: int = 0  # tokens reused whose KV is not the request's own (hash_only)
 
 
-class IndexBase:
+class IndexBase(ABC):
     token_copy = True  # does the index keep a copy of each page's token ids?
     slot_bytes = 16  # lookup structure's bytes per page (hash or child-map slot: key + pointer)
 
@@ -71,6 +72,13 @@ class IndexBase:
         inside = np.bincount(parents[parents != ROOT], minlength=self.indexed.shape[0])[pages]
         return bool((inside == self.num_children[pages]).all())
 
+    def remove(self, page: int) -> np.ndarray:
+        """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
+        children = self.children(page)
+        self._forget(np.array([page], dtype=np.int64))
+        self._unlink(page)
+        return children
+
     def remove_many(self, pages: np.ndarray) -> None:
         """Unindex a set of pages holding every indexed child of its members (vectorised)."""
         self._forget(pages)
@@ -82,9 +90,9 @@ class IndexBase:
         self.num_children[pages] = 0
         self.num_indexed -= int(pages.size)
 
+    @abstractmethod
     def _forget(self, pages: np.ndarray) -> None:
         """Drop the pages from the lookup structure (the implementation's dicts)."""
-        raise NotImplementedError
 
     # -- linkage shared by the implementations -------------------------------------------------
     def _link(self, pages: list[int], keys: list[int], parent: int) -> None:

@@ -172,13 +172,6 @@ class TwoLevelIndex(IndexBase):
                 if not bucket:
                     del self.overflow[(key, parent)]
 
-    def remove(self, page: int) -> np.ndarray:
-        """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
-        children = self.children(page)
-        self._forget(np.array([page], dtype=np.int64))
-        self._unlink(page)
-        return children
-
 
 def _until_repeat(run: list[int]) -> list[int]:
     """hash_only: a colliding key can point back to a page already in this prefix; stop there

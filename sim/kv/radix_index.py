@@ -70,9 +70,3 @@ class RadixIndex(IndexBase):
             edges.pop(page, None)
             edge_of[page] = None
 
-    def remove(self, page: int) -> np.ndarray:
-        """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
-        children = self.children(page)
-        self._forget(np.array([page], dtype=np.int64))
-        self._unlink(page)
-        return children
