@@ -239,6 +239,14 @@ class ExperimentConfig(Strict):
         return _preset(v, GPU_PRESETS, "gpu")
 
     @model_validator(mode="after")
+    def _race_window_is_local(self) -> ExperimentConfig:
+        # Pages released on a peer outside its step loop have no closing epoch there: the reader
+        # race window is modelled for a node's own pages only.
+        if self.cache.race_window_s > 0 and self.placement.policy != "local_only":
+            raise ValueError("cache.race_window_s > 0 needs placement.policy: local_only")
+        return self
+
+    @model_validator(mode="after")
     def _page_bytes_aligned(self) -> ExperimentConfig:
         # A page must be a whole number of 256-byte GPU access granules on each GPU (per layer,
         # per K or V, per TP shard), as the article requires.
@@ -293,9 +301,9 @@ def deep_merge(base: dict, override: dict) -> dict:
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-"))
-    field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "config"
     msg = first["msg"].removeprefix("Value error, ")
-    return f"{field}: {msg}"
+    field = f"{prefix}{loc}" if loc else prefix.rstrip(".")
+    return f"{field}: {msg}" if field else msg  # a whole-config rule names its fields itself
 
 
 def parse_config(data: dict, source: str = "config") -> ExperimentConfig:

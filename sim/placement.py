@@ -76,7 +76,7 @@ class Placement:
         self.starving: dict[Sequence, tuple[float, int]] = {}
         self._to_wake: set[int] = set()
         self._waking = False
-        self.remote_requests = 0
+        self.remote_requests: set[int] = set()  # request ids that ever held a page on a peer
         self.remote_pages_peak = 0
 
     # -- decisions -----------------------------------------------------------------------------
@@ -84,8 +84,8 @@ class Placement:
         return seq.prompt_tokens >= self.cfg.min_prompt_tokens
 
     def room(self, node: int) -> int:
-        """Pages placement may take on a node: available minus the admission headroom."""
-        return max(0, self.kvs[node].cache.available_pages() - self.reserve_pages)
+        """Pages placement may take on a node now (free + evictable now) minus the admission headroom."""
+        return max(0, self.kvs[node].cache.takeable_pages(self.nodes[node].env.now) - self.reserve_pages)
 
     def _by_room(self, exclude: int) -> list[int]:
         """Peers, most available pages first (ties: lower id)."""
@@ -124,6 +124,8 @@ class Placement:
             fits_locally = self.cfg.policy == "spill" and need_total - len(seq.pages) <= self.room(owner)
             if not self.eligible(seq) or fits_locally:
                 return inner.grow(seq, num_tokens, now)
+            if seq.status is Status.WAITING and inner.free_tokens() < self.nodes[owner].headroom_tokens:
+                return False  # the node admits nothing below its watermark: place nothing either
             rec = self._new_record(owner, seq)
         need = need_total - len(seq.pages) - len(rec.nodes)
         if need <= 0:
@@ -142,10 +144,9 @@ class Placement:
         self.starving.pop(seq, None)
         if not rec.nodes:  # no tail yet: leading local pages join seq.pages (the prefix index sees them)
             lead = next((i for i, n in enumerate(nodes) if n != owner), len(nodes))
-            if lead == len(nodes):
-                inner.grow(seq, num_tokens, now)
-            elif lead:
-                inner.grow(seq, (len(seq.pages) + lead) * self.page_size - seq.num_computed, now)
+            local_tokens = num_tokens if lead == len(nodes) else (len(seq.pages) + lead) * self.page_size - seq.num_computed
+            if lead and not inner.grow(seq, local_tokens, now):
+                return False  # room() promised these pages; never run a request without its KV
             nodes = nodes[lead:]
             rec.lead = len(seq.pages)
         self._allocate(rec, seq, nodes, now)
@@ -175,7 +176,7 @@ class Placement:
                     rec.peers = sorted([*rec.peers, n])
         if remote and not rec.went_remote:
             rec.went_remote = True
-            self.remote_requests += 1
+            self.remote_requests.add(seq.req.request_id)
         self.remote_pages_peak = max(self.remote_pages_peak, sum(self.out_pages))
 
     def free(self, owner: int, seq: Sequence) -> None:
@@ -292,7 +293,7 @@ class Placement:
             "network_message_s": t.message_s, "network_byte_s": t.byte_s,
             "network_handshake_s": t.handshake_s, "network_wait_s": t.wait_s,
             "link_utilization_mean": float(util.mean()), "link_utilization_max": float(util.max()),
-            "remote_requests": self.remote_requests, "remote_pages_peak": self.remote_pages_peak,
+            "remote_requests": len(self.remote_requests), "remote_pages_peak": self.remote_pages_peak,
         }
 
 

@@ -137,6 +137,11 @@ class PagedKVCache:
         return False
 
     # -- allocation --------------------------------------------------------------------------
+    def takeable_pages(self, now: float) -> int:
+        """Pages an allocation could get now: free, plus the cached pages it may evict now (not
+        the protected zone, not pages a reader of the race window may still hold)."""
+        return self.pool.num_free + int(self._candidates(now).size)
+
     def available_pages(self) -> int:
         return self.pool.num_free + self.pool.num_cached
 

@@ -59,3 +59,8 @@ def test_page_bytes_must_be_a_multiple_of_256():
     with pytest.raises(ConfigError, match="not a multiple of 256"):
         parse_config({"model": model, "cache": {"page_size": 1}, "node": {"num_gpus": 1, "tp": 1}})
     parse_config({"model": model, "cache": {"page_size": 2}, "node": {"num_gpus": 1, "tp": 1}})
+
+
+def test_reader_race_window_is_for_local_pages_only():
+    with pytest.raises(ConfigError, match=r"^config: cache.race_window_s > 0 needs placement.policy: local_only$"):
+        parse_config({"cache": {"race_window_s": 0.02}, "placement": {"policy": "spill"}})

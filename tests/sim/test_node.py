@@ -122,3 +122,16 @@ def test_an_idle_node_wakes_when_cached_pages_leave_the_race_window():
     env.run(until=10.0)
     assert b.status is Status.FINISHED
     assert 0.5 < b.first_token_s < 0.6
+
+
+def test_takeable_pages_leave_out_cached_pages_a_reader_may_still_hold():
+    env = simpy.Environment()
+    cache = PagedKVCache(8, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams()),
+                         race_window_s=0.5)
+    node = Node(env, 0, NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0), PagedKV(cache, 1024),
+                ConstantLatency(0.01), lambda seq: None)
+    submit_at(env, node, 0.0, make_request(0, np.arange(64), output_tokens=1))
+    env.run(until=0.1)  # finished at 0.01: its 4 full pages stay cached, readers until ~0.51
+    assert cache.pool.num_cached == 4 and cache.available_pages() == 8
+    assert cache.takeable_pages(0.1) == 4
+    assert cache.takeable_pages(0.6) == 8
