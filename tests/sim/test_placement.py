@@ -104,7 +104,7 @@ def test_spill_keeps_requests_local_while_they_fit():
     seq = submit(env, nodes[0], 0.0, make_request(0, np.arange(100), output_tokens=3))
     env.run(until=1.0)
     assert seq.status is Status.FINISHED and seq.finish_s == pytest.approx(3 * STEP_S)
-    assert placement.remote_requests == 0 and placement.network.totals.num_transfers == 0
+    assert not placement.remote_requests and placement.network.totals.num_transfers == 0
 
 
 def test_shard_stripes_over_the_owner_and_the_roomiest_peers():
@@ -124,7 +124,7 @@ def test_short_prompts_stay_local_under_shard():
     env, nodes, placement, _ = make_cluster("shard", shard_nodes=3, stripe_pages=2, min_prompt_tokens=97)
     seq = submit(env, nodes[0], 0.0, make_request(0, np.arange(96), output_tokens=2))
     env.run(until=0.5)
-    assert seq.status is Status.FINISHED and placement.remote_requests == 0
+    assert seq.status is Status.FINISHED and not placement.remote_requests
 
 
 def test_the_prefix_index_sees_only_the_leading_local_pages():
