@@ -7,7 +7,9 @@ Reads only the run directory (requests.csv per arm, summary.json). "xlong" = the
 128K-token requests; "others" = everything else. TPOT = (finish - first token) / (outputs - 1).
 transfer/wire = step time spent waiting for remote pages over the bandwidth bound of the same
 bytes (1.0 = at the bound); msg share = the part of that time spent on per-message costs
-(round trips, kernel per-message CPU, work-request posts, the index handshake).
+(round trips, kernel per-message CPU, work-request posts, the index handshake). "xlong wait per
+token" = per decode step of a finished placed request, the step's wait for remote pages and the
+bandwidth bound of the same bytes.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def arm_row(run: Path, arm: str, m: dict) -> dict:
             "net_gb": m.get("network_bytes", 0.0) / 1e9, "util_mean": m.get("link_utilization_mean", 0.0),
             "util_max": m.get("link_utilization_max", 0.0),
             "transfer_over_wire": transfer / wire if wire else float("nan"),
-            "msg_share": per_msg / transfer if transfer else float("nan")}
+            "msg_share": per_msg / transfer if transfer else float("nan"),
+            "tok_transfer_ms": m.get("remote_decode_transfer_ms") or float("nan"),
+            "tok_wire_ms": m.get("remote_decode_wire_ms") or float("nan")}
 
 
 def fmt(v: float, spec: str = ".0f") -> str:
@@ -101,15 +105,16 @@ def main(argv: list[str] | None = None) -> None:
     rows = [arm_row(args.run, arm, m) for arm, m in summary["arms"].items()]
     print("| arm | xlong done/failed/all | xlong TTFT p50 s | xlong TPOT p50 ms | others TTFT p50 / p99 s | "
           "others TPOT p50 / p99 ms | out tok/s | preempt | network GB | link util mean / max | "
-          "transfer/wire | msg share |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "transfer/wire | msg share | xlong wait per token / bound ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lg, ot = r["long"], r["others"]
         print(f"| {r['arm']} | {lg['done']}/{lg['failed']}/{lg['n']} | {fmt(lg['ttft_p50'] / 1e3, '.1f')} | "
               f"{fmt(lg['tpot_p50'])} | {fmt(ot['ttft_p50'] / 1e3, '.1f')} / {fmt(ot['ttft_p99'] / 1e3, '.1f')} | "
               f"{fmt(ot['tpot_p50'])} / {fmt(ot['tpot_p99'])} | {r['out_tok_s']:.0f} | {r['preempt']} | "
               f"{r['net_gb']:.0f} | {r['util_mean']:.1%} / {r['util_max']:.1%} | "
-              f"{fmt(r['transfer_over_wire'], '.2f')} | {fmt(r['msg_share'], '.0%')} |")
+              f"{fmt(r['transfer_over_wire'], '.2f')} | {fmt(r['msg_share'], '.0%')} | "
+              f"{fmt(r['tok_transfer_ms'])} / {fmt(r['tok_wire_ms'])} |")
     step_table(args.config)
 
 

@@ -107,6 +107,7 @@ class Network:
     num_layers: int
     ports: list[Port] = field(init=False)
     totals: TransferTotals = field(init=False, default_factory=TransferTotals)
+    last_cost: Cost | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.ports = [Port() for _ in range(self.num_nodes)]
@@ -181,7 +182,7 @@ class Network:
     def transfer(self, reader: int, reads: dict[int, Flow], writes: dict[int, Flow], now: float,
                  index_bytes: dict[int, int] | None = None) -> float:
         """Seconds before a step on `reader` may start: fetch `reads`, push `writes`."""
-        cost = self.price(reads, writes, index_bytes)
+        cost = self.last_cost = self.price(reads, writes, index_bytes)
         wait_s = self._reserve(reader, reads, writes, now + cost.handshake_s)
         total = cost.handshake_s + wait_s + cost.data_s
         t = self.totals

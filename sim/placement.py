@@ -22,6 +22,7 @@ the record, local ones included.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,9 @@ class Record:
     went_remote: bool = False
     peers: list[int] = field(default_factory=list)  # nodes other than the owner holding its pages
     index_cache: dict[int, tuple[int, int]] = field(default_factory=dict)  # peer -> (m, bytes)
+    decode_steps: int = 0  # decode steps that waited for remote pages
+    decode_transfer_s: float = 0.0  # ... and how long, in total
+    decode_wire_s: float = 0.0  # ... and the bandwidth bound of the same bytes
 
     def as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if self.arrays is None or self.arrays[0].shape[0] != len(self.nodes):
@@ -77,6 +81,7 @@ class Placement:
         self._to_wake: set[int] = set()
         self._waking = False
         self.remote_requests: set[int] = set()  # request ids that ever held a page on a peer
+        self.decode_totals = np.zeros(3)  # finished placed requests: decode steps, transfer s, wire s
         self.remote_pages_peak = 0
 
     # -- decisions -----------------------------------------------------------------------------
@@ -184,6 +189,8 @@ class Placement:
         rec = self.records.pop(seq, None)
         self.kvs[owner].free(seq)
         if rec is not None:
+            if seq.num_generated >= seq.req.output_tokens:  # finished: its tokens count
+                self.decode_totals += (rec.decode_steps, rec.decode_transfer_s, rec.decode_wire_s)
             nodes, pages = rec.as_arrays()
             for n in np.unique(nodes).tolist():
                 self.kvs[n].cache.release(pages[nodes == n][::-1].tolist(), seq.last_read_s)
@@ -235,13 +242,21 @@ class Placement:
         reads: dict[int, list[Flow]] = {}
         writes: dict[int, list[Flow]] = {}
         index: dict[int, int] = {}
-        for entry in batch:
-            rec = self.records.get(entry[0])
+        decoding: list[Record] = []
+        for seq, n, is_prefill, *_ in batch:
+            rec = self.records.get(seq)
             if rec is not None and rec.went_remote:
-                self._flows(rec, entry[0].num_computed, entry[1], reads, writes, index)
+                self._flows(rec, seq.num_computed, n, reads, writes, index)
+                if not is_prefill:
+                    decoding.append(rec)
         if not reads and not writes:
             return 0.0
-        return self.network.transfer(owner, _merge(reads), _merge(writes), now, index)
+        total = self.network.transfer(owner, _merge(reads), _merge(writes), now, index)
+        for rec in decoding:  # what a token of a placed request waits for, against the bound
+            rec.decode_steps += 1
+            rec.decode_transfer_s += total
+            rec.decode_wire_s += self.network.last_cost.wire_s
+        return total
 
     def _flows(self, rec: Record, ctx: int, n: int, reads: dict, writes: dict, index: dict) -> None:
         """Add one request's step: it reads its ctx tokens and writes n new ones (tail pages only)."""
@@ -285,6 +300,7 @@ class Placement:
     def summary(self, duration_s: float) -> dict:
         t = self.network.totals
         util = self.network.utilization(duration_s)
+        steps, transfer_s, wire_s = self.decode_totals.tolist()
         return {
             "network_bytes": t.read_bytes + t.write_bytes, "network_read_bytes": t.read_bytes,
             "network_write_bytes": t.write_bytes, "network_messages": t.messages,
@@ -293,6 +309,9 @@ class Placement:
             "network_message_s": t.message_s, "network_byte_s": t.byte_s,
             "network_handshake_s": t.handshake_s, "network_wait_s": t.wait_s,
             "link_utilization_mean": float(util.mean()), "link_utilization_max": float(util.max()),
+            "remote_decode_steps": int(steps),
+            "remote_decode_transfer_ms": transfer_s / steps * 1e3 if steps else math.nan,
+            "remote_decode_wire_ms": wire_s / steps * 1e3 if steps else math.nan,
             "remote_requests": len(self.remote_requests), "remote_pages_peak": self.remote_pages_peak,
         }
 

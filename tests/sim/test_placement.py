@@ -93,6 +93,10 @@ def test_spill_overflows_to_the_peer_with_most_room_and_the_step_waits_for_it():
     assert seq.finish_s == pytest.approx(2 * (STEP_S + hs + 0.072), abs=1e-12)
     t = placement.network.totals
     assert (t.read_bytes, t.write_bytes, t.num_transfers) == (72 * TB, 73 * TB, 2)
+    m = placement.summary(duration_s=1.0)  # one decode step waited hs + 72 ms; its bound is 72 ms
+    assert m["remote_decode_steps"] == 1 and m["remote_requests"] == 1
+    assert m["remote_decode_transfer_ms"] == pytest.approx((hs + 0.072) * 1e3)
+    assert m["remote_decode_wire_ms"] == pytest.approx(72.0)
     assert finished == [seq]
     assert nodes[2].kv.cache.pool.num_free == 8  # node 2 was asleep: its pages came back at once
     nodes[1].kv.cache.release(held)
