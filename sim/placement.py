@@ -11,7 +11,8 @@ Only prompts of at least `min_prompt_tokens` leave their node; the others behave
 Remote pages are fetched before the step that reads them (we do not compute attention remotely
 and merge partial results): every step of a request reads its whole context, so the remote part
 crosses the network every step, and KV computed into remote pages is written back. The step
-waits for that transfer (priced by sim/network.py), which is what makes the transfer mode matter.
+waits for that transfer (sim/page_traffic.py gathers it, sim/network.py prices it), which is
+what makes the transfer mode matter.
 Pages a node hosts for a peer's request stay pinned (USED) until the owner frees them; KV usage
 counts every page on the pool that holds it (hosted pages are allocated and live there).
 
@@ -29,8 +30,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.kv.manager import PagedKV
-from sim.network import Flow, Network
-from sim.page_index_codec import encoded_size
+from sim.network import Network
+from sim.page_traffic import PageTraffic
 from sim.sequence import Sequence, Status
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class Placement:
         self.network = Network(cfg.network, len(nodes), lanes, self.page_size, self.token_bytes,
                                cfg.model.num_layers)
         self.records: dict[Sequence, Record] = {}
+        self.traffic = PageTraffic(self.page_size, self.network, self.records)
         self.out_pages = [0] * len(nodes)  # pages of this node's requests held by peers
         self.hosted_pages = [0] * len(nodes)  # pages this node holds for peers' requests
         self.blocked: set[int] = set()  # owners whose request did not fit on its nodes
@@ -236,56 +238,6 @@ class Placement:
         finally:
             seq.num_computed = computed
 
-    # -- the network -----------------------------------------------------------------------------
-    def step_transfer_s(self, owner: int, batch: list, now: float) -> float:
-        """Seconds the step waits for its remote pages: read the context, write the new KV."""
-        reads: dict[int, list[Flow]] = {}
-        writes: dict[int, list[Flow]] = {}
-        index: dict[int, int] = {}
-        decoding: list[Record] = []
-        for seq, n, is_prefill, *_ in batch:
-            rec = self.records.get(seq)
-            if rec is not None and rec.went_remote:
-                self._flows(rec, seq.num_computed, n, reads, writes, index)
-                if not is_prefill:
-                    decoding.append(rec)
-        if not reads and not writes:
-            return 0.0
-        total = self.network.transfer(owner, _merge(reads), _merge(writes), now, index)
-        for rec in decoding:  # what a token of a placed request waits for, against the bound
-            rec.decode_steps += 1
-            rec.decode_transfer_s += total
-            rec.decode_wire_s += self.network.last_cost.wire_s
-        return total
-
-    def _flows(self, rec: Record, ctx: int, n: int, reads: dict, writes: dict, index: dict) -> None:
-        """Add one request's step: it reads its ctx tokens and writes n new ones (tail pages only)."""
-        ps, lead = self.page_size, rec.lead
-        nodes, pages = rec.as_arrays()
-        pos = lead + np.arange(nodes.shape[0])  # logical page of each tail entry
-        read_end = int(np.clip(-(-ctx // ps) - lead, 0, nodes.shape[0]))
-        w0, w1 = max(0, ctx // ps - lead), int(np.clip(-(-(ctx + n) // ps) - lead, 0, nodes.shape[0]))
-        read_tok = np.minimum(ps, ctx - pos[:read_end] * ps)
-        write_tok = np.minimum((pos[w0:w1] + 1) * ps, ctx + n) - np.maximum(pos[w0:w1] * ps, ctx)
-        for peer in rec.peers:
-            sel = nodes[:read_end] == peer
-            if sel.any():
-                reads.setdefault(peer, []).append((pages[:read_end][sel], int(read_tok[sel].sum())))
-            sel = nodes[w0:w1] == peer
-            if sel.any():
-                writes.setdefault(peer, []).append((pages[w0:w1][sel], int(write_tok[sel].sum())))
-            index[peer] = index.get(peer, 0) + self._index_bytes(rec, peer, max(read_end, w1))
-
-    def _index_bytes(self, rec: Record, peer: int, m: int) -> int:
-        """Encoded index of the request's pages on `peer` among its first m tail pages (cached:
-        it changes only when the step reaches a new page)."""
-        cached = rec.index_cache.get(peer)
-        if cached is None or cached[0] != m:
-            nodes, pages = rec.as_arrays()
-            cached = (m, encoded_size({peer: pages[:m][nodes[:m] == peer]}))
-            rec.index_cache[peer] = cached
-        return cached[1]
-
     # -- what the cluster and the metrics ask ------------------------------------------------
     def can_ever_fit(self, seq: Sequence) -> bool:
         pages = -(-(seq.prompt_tokens + seq.req.output_tokens) // self.page_size)
@@ -298,26 +250,14 @@ class Placement:
         return int(np.bincount((np.arange(pages) // stripe) % k, minlength=k).max()) <= per_node
 
     def summary(self, duration_s: float) -> dict:
-        t = self.network.totals
-        util = self.network.utilization(duration_s)
         steps, transfer_s, wire_s = self.decode_totals.tolist()
         return {
-            "network_bytes": t.read_bytes + t.write_bytes, "network_read_bytes": t.read_bytes,
-            "network_write_bytes": t.write_bytes, "network_messages": t.messages,
-            "network_index_bytes": t.index_bytes, "network_transfers": t.num_transfers,
-            "network_transfer_s": t.transfer_s, "network_wire_s": t.wire_s,
-            "network_message_s": t.message_s, "network_byte_s": t.byte_s,
-            "network_handshake_s": t.handshake_s, "network_wait_s": t.wait_s,
-            "link_utilization_mean": float(util.mean()), "link_utilization_max": float(util.max()),
+            **self.traffic.summary(duration_s),
             "remote_decode_steps": int(steps),
             "remote_decode_transfer_ms": transfer_s / steps * 1e3 if steps else math.nan,
             "remote_decode_wire_ms": wire_s / steps * 1e3 if steps else math.nan,
             "remote_requests": len(self.remote_requests), "remote_pages_peak": self.remote_pages_peak,
         }
-
-
-def _merge(flows: dict[int, list[Flow]]) -> dict[int, Flow]:
-    return {p: (np.concatenate([f[0] for f in fs]), sum(f[1] for f in fs)) for p, fs in sorted(flows.items())}
 
 
 class PlacedKV:
@@ -358,5 +298,5 @@ def make_placement(cfg: ExperimentConfig, nodes: list[Node]) -> Placement | None
     placement = Placement(cfg, nodes)
     for node in nodes:
         node.kv = PlacedKV(node.kv, node.node_id, placement)
-        node.remote = lambda batch, now, owner=node.node_id: placement.step_transfer_s(owner, batch, now)
+        node.remote = lambda batch, now, owner=node.node_id: placement.traffic.step_transfer_s(owner, batch, now)
     return placement
