@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.kv.hashing import mix64  # splitmix64: one definition for keys and tokens
+
 VOCAB_SIZE = 128256  # Llama-3 tokenizer size; ids are drawn below it
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -20,21 +22,12 @@ def random_tokens(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.integers(0, VOCAB_SIZE, size=n, dtype=np.int32)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser (uint64 in, uint64 out; wraps on overflow by design)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 def block_tokens(keys: np.ndarray, n: int, salt: int = 0) -> np.ndarray:
     """int32 [len(keys), n]: the n tokens of each block key; row i depends only on (keys[i], salt)."""
     keys = np.asarray(keys, dtype=np.int64).astype(np.uint64)
     with np.errstate(over="ignore"):
-        seed = _mix(keys * _GOLDEN + _mix(np.uint64(salt) + _GOLDEN))
-        x = _mix(seed[:, None] + np.arange(1, n + 1, dtype=np.uint64) * _POSITION)
+        seed = mix64(keys * _GOLDEN + mix64(np.uint64(salt) + _GOLDEN))
+        x = mix64(seed[:, None] + np.arange(1, n + 1, dtype=np.uint64) * _POSITION)
     # The high 32 bits are the best mixed; the modulo bias over 2**32 is below 3e-5.
     return ((x >> np.uint64(32)) % np.uint64(VOCAB_SIZE)).astype(np.int32)
 

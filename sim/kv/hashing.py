@@ -21,7 +21,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _WEIGHTS: dict[int, np.ndarray] = {}  # page_size -> odd token weights (pure function of page_size)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finaliser: a bijection of uint64 that spreads every input bit over the word."""
     x = x ^ (x >> np.uint64(30))
     x = x * np.uint64(0xBF58476D1CE4E5B9)
@@ -35,7 +35,7 @@ def _token_weights(page_size: int) -> np.ndarray:
     w = _WEIGHTS.get(page_size)
     if w is None:
         with np.errstate(over="ignore"):
-            w = _mix(np.arange(1, page_size + 1, dtype=np.uint64) * _GOLDEN) | np.uint64(1)
+            w = mix64(np.arange(1, page_size + 1, dtype=np.uint64) * _GOLDEN) | np.uint64(1)
         _WEIGHTS[page_size] = w
     return w
 
@@ -51,8 +51,8 @@ def page_keys(tokens: np.ndarray, page_size: int, hash_bits: int = 64) -> np.nda
     pages = tokens[: num_full * page_size].astype(np.int64).view(np.uint64).reshape(num_full, page_size)
     with np.errstate(over="ignore"):
         content = (pages * _token_weights(page_size)).sum(axis=1, dtype=np.uint64)
-        positioned = _mix(content + np.arange(num_full, dtype=np.uint64) * _GOLDEN)
-        chained = _mix(np.cumsum(positioned, dtype=np.uint64))
+        positioned = mix64(content + np.arange(num_full, dtype=np.uint64) * _GOLDEN)
+        chained = mix64(np.cumsum(positioned, dtype=np.uint64))
     if hash_bits < 64:
         chained &= np.uint64((1 << hash_bits) - 1)
     return chained
