@@ -23,3 +23,19 @@ def make_request(request_id: int, tokens, output_tokens: int = 2, arrival_s: flo
                  tag: str = "") -> Request:
     return Request(request_id=request_id, prompt=np.asarray(tokens, dtype=np.int32),
                    output_tokens=output_tokens, arrival_s=arrival_s, tag=tag)
+
+
+def submit_at(env, node, t: float, req: Request, page_size: int = 16):
+    """A SimPy process that hands `req` to `node` at simulated time t; returns its Sequence."""
+    from sim.kv.hashing import page_keys
+    from sim.sequence import Sequence
+
+    seq = Sequence(req=req, keys=page_keys(req.prompt, page_size), arrival_s=t)
+
+    def proc():
+        yield env.timeout(t)
+        node.submit(seq)
+
+    env.process(proc())
+    return seq
+

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from sim.metrics import eviction_frame
-from tests.helpers import make_request
-from tests.sim.test_node import make_node, submit_at
+from tests.helpers import make_request, submit_at
+from tests.sim.test_node import make_node
 
 
 def test_a_later_request_evicts_the_first_ones_pages_and_their_positions_are_counted():

@@ -9,12 +9,11 @@ import simpy
 from policies.admission import Always, NoParams
 from policies.eviction import LRU
 from sim.config import NodeConfig
-from sim.kv.hashing import page_keys
 from sim.kv.manager import PagedKV
 from sim.kv.paged_cache import PagedKVCache
 from sim.node import Node
 from sim.sequence import Sequence, Status
-from tests.helpers import ConstantLatency, make_request
+from tests.helpers import ConstantLatency, make_request, submit_at
 
 PAGE = 16
 
@@ -26,17 +25,6 @@ def make_node(num_pages: int = 64, budget: int = 4096, step_s: float = 0.01):
     node = Node(env, 0, NodeConfig(num_gpus=1, tp=1, max_num_batched_tokens=budget), PagedKV(cache, 1024),
                 ConstantLatency(step_s), finished.append)
     return env, node, cache, finished
-
-
-def submit_at(env, node, t: float, req):
-    seq = Sequence(req=req, keys=page_keys(req.prompt, PAGE), arrival_s=t)
-
-    def proc():
-        yield env.timeout(t)
-        node.submit(seq)
-
-    env.process(proc())
-    return seq
 
 
 def test_second_request_reuses_exactly_three_shared_pages():

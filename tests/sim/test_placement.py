@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from policies.admission import Always, NoParams
 from policies.eviction import LRU
 from sim.config import parse_config
-from sim.kv.hashing import page_keys
 from sim.kv.manager import PagedKV
 from sim.kv.paged_cache import PagedKVCache
 from sim.node import Node
@@ -26,6 +25,7 @@ from sim.page_index_codec import encoded_size
 from sim.placement import PlacedKV, make_placement
 from sim.sequence import Sequence, Status
 from tests.helpers import ConstantLatency, make_request
+from tests.helpers import submit_at as submit
 
 PAGE = 16
 STEP_S = 0.01
@@ -49,17 +49,6 @@ def make_cluster(policy: str, num_nodes: int = 3, pages: int = 8, prefix_cache: 
                              prefix_cache=prefix_cache, node_id=i)
         nodes.append(Node(env, i, cfg.node, PagedKV(cache, TB), ConstantLatency(STEP_S), finished.append))
     return env, nodes, make_placement(cfg, nodes), finished
-
-
-def submit(env, node, t: float, req) -> Sequence:
-    seq = Sequence(req=req, keys=page_keys(req.prompt, PAGE), arrival_s=t)
-
-    def proc():
-        yield env.timeout(t)
-        node.submit(seq)
-
-    env.process(proc())
-    return seq
 
 
 def check_clean(nodes, placement) -> None:
