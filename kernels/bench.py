@@ -250,35 +250,19 @@ def time_kernel(
     lens = kv.seq_lens.tolist()
     hints = dict(max_seq_len=max(lens), total_tokens=sum(lens))
     out = torch.full_like(q, float("nan"))
+
+    def launch(check_bounds: bool) -> None:
+        paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, out=out,
+                               grouped=grouped, check_bounds=check_bounds, **hints, **cfg)
+
     # Validate once (bounds, shapes), then time the launch path without the host sync.
-    paged_decode_attention(
-        q,
-        kv.k_cache,
-        kv.v_cache,
-        kv.block_tables,
-        kv.seq_lens,
-        out=out,
-        grouped=grouped,
-        **hints,
-        **cfg,
-    )
+    launch(check_bounds=True)
     err = check_against_reference(q, kv, out)
     if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
         raise RuntimeError(f"kernel output wrong: rel err {err} (cfg {cfg}, grouped {grouped})")
 
     def step():
-        paged_decode_attention(
-            q,
-            kv.k_cache,
-            kv.v_cache,
-            kv.block_tables,
-            kv.seq_lens,
-            out=out,
-            grouped=grouped,
-            check_bounds=False,
-            **hints,
-            **cfg,
-        )
+        launch(check_bounds=False)
 
     return bench_ms(step), (bench_ms(step, graph=False) if eager else None), err
 
