@@ -131,6 +131,7 @@ class Node:
         self.kv.free(seq)
         seq.num_computed = 0
         seq.stored_pages = 0
+        seq.recomputed_outputs = seq.num_generated
         seq.preemptions += 1
         seq.status = Status.WAITING
         self.num_preemptions += 1
@@ -155,8 +156,8 @@ class Node:
         for seq, n, was_prefill in batch:
             seq.num_computed += n
             self.kv.on_computed(seq, n, now)
-            if was_prefill and (seq.num_computed < seq.prefill_target or seq.num_generated):
-                continue  # more chunks to go, or recomputed after a preemption (decoding resumes)
+            if was_prefill and seq.num_computed < seq.prefill_target:
+                continue  # more prompt chunks (or recomputed outputs) to go
             seq.num_generated += 1
             if seq.num_generated == 1:
                 seq.first_token_s = now

@@ -31,6 +31,7 @@ class Sequence:
     status: Status = Status.WAITING
     num_computed: int = 0  # tokens whose KV exists on the node
     num_generated: int = 0
+    recomputed_outputs: int = 0  # outputs generated before the last preemption (recomputed as prefill)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache at (first) admission
     pages: list[int] = field(default_factory=list)
     stored_pages: int = 0  # leading prompt pages already offered to the prefix index
@@ -58,5 +59,7 @@ class Sequence:
 
     @property
     def prefill_target(self) -> int:
-        """Tokens to compute before the next token is emitted (prompt, plus outputs after a preemption)."""
-        return self.prompt_tokens + max(0, self.num_generated - 1)
+        """Tokens to compute before the next token is emitted: the prompt, plus, after a recompute
+        preemption, every output generated so far (as vLLM recomputes prompt + outputs and samples
+        the next token in the step that completes them)."""
+        return self.prompt_tokens + self.recomputed_outputs

@@ -59,7 +59,12 @@ def test_out_of_pages_preempts_the_newest_request_and_both_finish():
     env.run(until=5.0)
     assert a.status is Status.FINISHED and b.status is Status.FINISHED
     assert a.preemptions == 0 and b.preemptions == 1 and node.num_preemptions == 1
-    assert b.finish_s > a.finish_s
+    # Step 10: a's page fault preempts b after 9 outputs. a finishes at step 12; b recomputes its
+    # prompt and those 9 outputs in step 13 (its first page is a cache hit) and samples output 10
+    # in that same step, as vLLM does; outputs 11 and 12 follow: done at step 15.
+    assert b.recomputed_outputs == 9
+    assert (a.finish_s, b.finish_s) == pytest.approx((0.12, 0.15), abs=1e-9)
+    assert node.num_steps == 15
     cache.pool.check_invariants()
     assert cache.pool.num_used == 0
 
