@@ -92,8 +92,9 @@ def replay_times(arrival_s: np.ndarray, time_scale: float = 1.0, rate: float | N
     span = float(arrival_s[-1] - arrival_s[0]) if arrival_s.size > 1 else 0.0
     if span == 0.0:  # every row at one instant: spread nothing, the rate is undefined
         return arrival_s.copy()
-    observed = (arrival_s.size - 1) / span  # mean inter-arrival rate, req/s
-    return arrival_s * (observed / rate)
+    # Scale so the span lasts (n - 1) / rate seconds. Dividing by the span first keeps a tiny
+    # (even subnormal) span finite, where (n - 1) / span would overflow.
+    return (arrival_s / span) * ((arrival_s.size - 1) / rate)
 
 
 class AzurePrefix:
