@@ -10,6 +10,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.params import NoParams
 from sim.kv.views import Segment
 
 
@@ -17,10 +18,6 @@ class AdmissionPolicy(Protocol):
     def admit(self, segment: Segment) -> bool:
         """True to index the segment's pages for reuse; False frees them when the request ends."""
         ...
-
-
-class NoParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Always:

@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.params import NoParams
 from sim.kv.views import PageStats
 
 
@@ -20,10 +21,6 @@ class EvictionPolicy(Protocol):
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         """float64 [len(pages)]: eviction priority of each page; the lowest is evicted first."""
         ...
-
-
-class NoParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class LRU:

@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.params import NoParams
 from sim.views import NodeView, RouteQuery
 
 
@@ -23,10 +24,6 @@ class RoutingPolicy(Protocol):
     def route(self, query: RouteQuery, views: Sequence[NodeView]) -> int:
         """Index of the chosen node in `views`."""
         ...
-
-
-class NoParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def least_loaded_index(views: Sequence[NodeView]) -> int:
