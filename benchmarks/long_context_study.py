@@ -33,9 +33,15 @@ def class_stats(df: pd.DataFrame) -> dict:
     ttft = (done.first_token_s - done.arrival_s) * 1e3
     dec = done[done.output_tokens > 1]
     tpot = (dec.finish_s - dec.first_token_s) * 1e3 / (dec.output_tokens - 1)
-    return {"n": len(df), "done": len(done), "failed": int((df.status == "failed").sum()),
-            "ttft_p50": _pct(ttft, 50), "ttft_p99": _pct(ttft, 99),
-            "tpot_p50": _pct(tpot, 50), "tpot_p99": _pct(tpot, 99)}
+    return {
+        "n": len(df),
+        "done": len(done),
+        "failed": int((df.status == "failed").sum()),
+        "ttft_p50": _pct(ttft, 50),
+        "ttft_p99": _pct(ttft, 99),
+        "tpot_p50": _pct(tpot, 50),
+        "tpot_p99": _pct(tpot, 99),
+    }
 
 
 def arm_row(run: Path, arm: str, m: dict) -> dict:
@@ -43,14 +49,20 @@ def arm_row(run: Path, arm: str, m: dict) -> dict:
     long = df.tag.str.startswith("xlong")
     transfer, wire = m.get("network_transfer_s", 0.0), m.get("network_wire_s", 0.0)
     per_msg = m.get("network_message_s", 0.0) + m.get("network_handshake_s", 0.0)
-    return {"arm": arm, "long": class_stats(df[long]), "others": class_stats(df[~long]),
-            "out_tok_s": m["output_throughput"], "preempt": m["preemptions"],
-            "net_gb": m.get("network_bytes", 0.0) / 1e9, "util_mean": m.get("link_utilization_mean", 0.0),
-            "util_max": m.get("link_utilization_max", 0.0),
-            "transfer_over_wire": transfer / wire if wire else float("nan"),
-            "msg_share": per_msg / transfer if transfer else float("nan"),
-            "tok_transfer_ms": m.get("remote_decode_transfer_ms") or float("nan"),
-            "tok_wire_ms": m.get("remote_decode_wire_ms") or float("nan")}
+    return {
+        "arm": arm,
+        "long": class_stats(df[long]),
+        "others": class_stats(df[~long]),
+        "out_tok_s": m["output_throughput"],
+        "preempt": m["preemptions"],
+        "net_gb": m.get("network_bytes", 0.0) / 1e9,
+        "util_mean": m.get("link_utilization_mean", 0.0),
+        "util_max": m.get("link_utilization_max", 0.0),
+        "transfer_over_wire": transfer / wire if wire else float("nan"),
+        "msg_share": per_msg / transfer if transfer else float("nan"),
+        "tok_transfer_ms": m.get("remote_decode_transfer_ms") or float("nan"),
+        "tok_wire_ms": m.get("remote_decode_wire_ms") or float("nan"),
+    }
 
 
 def fmt(v: float, spec: str = ".0f") -> str:
@@ -63,23 +75,33 @@ def step_table(config: Path) -> None:
     from sim.network import Network
 
     raw = {k: v for k, v in load_config_file(config).items() if k != "arms"}
-    print("\n| placement | remote pages | mode | transfer ms | bandwidth bound ms | x bound | "
-          "per-message ms | per-byte ms | index bytes |")
+    print(
+        "\n| placement | remote pages | mode | transfer ms | bandwidth bound ms | x bound | "
+        "per-message ms | per-byte ms | index bytes |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for label, layout in (("spill (1 peer)", "spill"), ("shard (3 peers)", "shard")):
         for mode in ("naive", "batched_async", "rdma"):
             cfg = parse_config({**raw, "network": {**raw.get("network", {}), "mode": mode}})
             lanes = min(cfg.node.tp, cfg.network.nics_per_node or cfg.node.num_gpus)
-            net = Network(cfg.network, cfg.cluster.num_nodes, lanes, cfg.cache.page_size,
-                          cfg.model.kv_bytes_per_token, cfg.model.num_layers)
+            net = Network(
+                cfg.network,
+                cfg.cluster.num_nodes,
+                lanes,
+                cfg.cache.page_size,
+                cfg.model.kv_bytes_per_token,
+                cfg.model.num_layers,
+            )
             pages = 131072 // cfg.cache.page_size
             reads = _remote_reads(layout, pages, cfg.cache.page_size, cfg.placement.stripe_pages)
             c = net.price(reads, {})
             total = c.handshake_s + c.data_s
             n_remote = sum(len(p) for p, _ in reads.values())
-            print(f"| {label} | {n_remote:,} of {pages:,} | {mode} | {total * 1e3:.0f} | {c.wire_s * 1e3:.0f} | "
-                  f"{total / c.wire_s:.2f} | {(c.message_s + c.handshake_s) * 1e3:.0f} | {c.byte_s * 1e3:.0f} | "
-                  f"{c.index_bytes:,} |")
+            print(
+                f"| {label} | {n_remote:,} of {pages:,} | {mode} | {total * 1e3:.0f} | {c.wire_s * 1e3:.0f} | "
+                f"{total / c.wire_s:.2f} | {(c.message_s + c.handshake_s) * 1e3:.0f} | {c.byte_s * 1e3:.0f} | "
+                f"{c.index_bytes:,} |"
+            )
 
 
 def _remote_reads(layout: str, pages: int, page_size: int, stripe: int) -> dict:
@@ -98,23 +120,31 @@ def _remote_reads(layout: str, pages: int, page_size: int, stripe: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", type=Path)
-    p.add_argument("--config", type=Path, default=Path("studies/long_context.yaml"),
-                   help="the study config, for the one-step pricing table")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=Path("studies/long_context.yaml"),
+        help="the study config, for the one-step pricing table",
+    )
     args = p.parse_args(argv)
     summary = json.loads((args.run / "summary.json").read_text())
     rows = [arm_row(args.run, arm, m) for arm, m in summary["arms"].items()]
-    print("| arm | xlong done/failed/all | xlong TTFT p50 s | xlong TPOT p50 ms | others TTFT p50 / p99 s | "
-          "others TPOT p50 / p99 ms | out tok/s | preempt | network GB | link util mean / max | "
-          "transfer/wire | msg share | xlong wait per token / bound ms |")
+    print(
+        "| arm | xlong done/failed/all | xlong TTFT p50 s | xlong TPOT p50 ms | others TTFT p50 / p99 s | "
+        "others TPOT p50 / p99 ms | out tok/s | preempt | network GB | link util mean / max | "
+        "transfer/wire | msg share | xlong wait per token / bound ms |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lg, ot = r["long"], r["others"]
-        print(f"| {r['arm']} | {lg['done']}/{lg['failed']}/{lg['n']} | {fmt(lg['ttft_p50'] / 1e3, '.1f')} | "
-              f"{fmt(lg['tpot_p50'])} | {fmt(ot['ttft_p50'] / 1e3, '.1f')} / {fmt(ot['ttft_p99'] / 1e3, '.1f')} | "
-              f"{fmt(ot['tpot_p50'])} / {fmt(ot['tpot_p99'])} | {r['out_tok_s']:.0f} | {r['preempt']} | "
-              f"{r['net_gb']:.0f} | {r['util_mean']:.1%} / {r['util_max']:.1%} | "
-              f"{fmt(r['transfer_over_wire'], '.2f')} | {fmt(r['msg_share'], '.0%')} | "
-              f"{fmt(r['tok_transfer_ms'])} / {fmt(r['tok_wire_ms'])} |")
+        print(
+            f"| {r['arm']} | {lg['done']}/{lg['failed']}/{lg['n']} | {fmt(lg['ttft_p50'] / 1e3, '.1f')} | "
+            f"{fmt(lg['tpot_p50'])} | {fmt(ot['ttft_p50'] / 1e3, '.1f')} / {fmt(ot['ttft_p99'] / 1e3, '.1f')} | "
+            f"{fmt(ot['tpot_p50'])} / {fmt(ot['tpot_p99'])} | {r['out_tok_s']:.0f} | {r['preempt']} | "
+            f"{r['net_gb']:.0f} | {r['util_mean']:.1%} / {r['util_max']:.1%} | "
+            f"{fmt(r['transfer_over_wire'], '.2f')} | {fmt(r['msg_share'], '.0%')} | "
+            f"{fmt(r['tok_transfer_ms'])} / {fmt(r['tok_wire_ms'])} |"
+        )
     step_table(args.config)
 
 

@@ -43,23 +43,32 @@ def measure(pages: np.ndarray) -> dict:
     back = decode(data)
     decode_ms = (time.perf_counter() - t) * 1e3
     assert back == normalize({1: pages}) and encoded_size({1: pages}) == len(data)
-    return {"bytes": len(data), "kinds": kind_counts(pages), "encode_ms": encode_ms, "decode_ms": decode_ms}
+    return {
+        "bytes": len(data),
+        "kinds": kind_counts(pages),
+        "encode_ms": encode_ms,
+        "decode_ms": decode_ms,
+    }
 
 
 def size_table(num_pages: int, message_bytes: int, rng: np.random.Generator) -> None:
     plain = num_pages * 8
-    print(f"| layout | density | id range | codec bytes | bytes/page | chunks (bitmap/runs/list) | "
-          f"64-bit list bytes | codec msgs | list msgs | fits one {message_bytes} B message | encode ms | decode ms |")
+    print(
+        f"| layout | density | id range | codec bytes | bytes/page | chunks (bitmap/runs/list) | "
+        f"64-bit list bytes | codec msgs | list msgs | fits one {message_bytes} B message | encode ms | decode ms |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for layout in ("random", "runs16"):
         for d in DENSITIES:
             pages = page_set(rng, num_pages, d, layout)
             m = measure(pages)
             k = m["kinds"]
-            print(f"| {layout} | {d:.0%} | {int(pages[-1]) + 1:,} | {m['bytes']:,} | {m['bytes'] / num_pages:.3f} | "
-                  f"{k['bitmap']}/{k['runs']}/{k['list']} | {plain:,} | {-(-m['bytes'] // message_bytes)} | "
-                  f"{-(-plain // message_bytes)} | {'yes' if m['bytes'] <= message_bytes else 'no'} | "
-                  f"{m['encode_ms']:.1f} | {m['decode_ms']:.1f} |")
+            print(
+                f"| {layout} | {d:.0%} | {int(pages[-1]) + 1:,} | {m['bytes']:,} | {m['bytes'] / num_pages:.3f} | "
+                f"{k['bitmap']}/{k['runs']}/{k['list']} | {plain:,} | {-(-m['bytes'] // message_bytes)} | "
+                f"{-(-plain // message_bytes)} | {'yes' if m['bytes'] <= message_bytes else 'no'} | "
+                f"{m['encode_ms']:.1f} | {m['decode_ms']:.1f} |"
+            )
 
 
 def capacity_table(message_bytes: int, rng: np.random.Generator) -> None:
@@ -81,7 +90,9 @@ def capacity_table(message_bytes: int, rng: np.random.Generator) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pages", type=int, default=80_000)
-    p.add_argument("--message-bytes", type=int, default=LINK_PRESETS["rdma-400g"]["max_message_bytes"])
+    p.add_argument(
+        "--message-bytes", type=int, default=LINK_PRESETS["rdma-400g"]["max_message_bytes"]
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)

@@ -31,7 +31,9 @@ CHUNK_PAGES = 512
 
 def make_prompts(num_pages: int, num_trunks: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Token ids of every cached prompt (trunks first), num_pages full pages in all."""
-    trunks = [rng.integers(0, 128256, TRUNK_PAGES * PAGE, dtype=np.int32) for _ in range(num_trunks)]
+    trunks = [
+        rng.integers(0, 128256, TRUNK_PAGES * PAGE, dtype=np.int32) for _ in range(num_trunks)
+    ]
     prompts, total = list(trunks), num_trunks * TRUNK_PAGES
     while total < num_pages:
         own = min(int(rng.integers(64, 449)), num_pages - total)
@@ -89,9 +91,13 @@ def bench(kind: str, num_pages: int, num_trunks: int, num_queries: int, seed: in
         matched += len(index.match(k, q, (q.size - 1) // PAGE).pages)
     lookup_s = time.perf_counter() - t0
     return {
-        "kind": kind, "cached_pages": len(index), "inserts_per_s": indexed / insert_s,
-        "matched_pages": matched, "page_lookups_per_s": matched / lookup_s,
-        "lookups_per_s": num_queries / lookup_s, "hash_pages_per_s": num_pages / hash_s,
+        "kind": kind,
+        "cached_pages": len(index),
+        "inserts_per_s": indexed / insert_s,
+        "matched_pages": matched,
+        "page_lookups_per_s": matched / lookup_s,
+        "lookups_per_s": num_queries / lookup_s,
+        "hash_pages_per_s": num_pages / hash_s,
         "index_bytes_modelled": index.overhead_bytes(),
     }
 
@@ -101,16 +107,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pages", type=int, default=1_000_000, help="cached pages (default 1M)")
     ap.add_argument("--trunks", type=int, default=1000, help="shared 128-page trunks")
     ap.add_argument("--queries", type=int, default=20_000, help="lookups timed")
-    ap.add_argument("--kinds", default="two_level,radix,hash_only", help="index kinds, comma-separated")
+    ap.add_argument(
+        "--kinds", default="two_level,radix,hash_only", help="index kinds, comma-separated"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    print(f"{'index':>10} {'cached pages':>12} {'inserts/s':>11} {'page lookups/s':>15} {'lookups/s':>10} "
-          f"{'keys/s':>11} {'index MB':>9}")
+    print(
+        f"{'index':>10} {'cached pages':>12} {'inserts/s':>11} {'page lookups/s':>15} {'lookups/s':>10} "
+        f"{'keys/s':>11} {'index MB':>9}"
+    )
     for kind in args.kinds.split(","):
         r = bench(kind.strip(), args.pages, args.trunks, args.queries, args.seed)
-        print(f"{r['kind']:>10} {r['cached_pages']:>12,} {r['inserts_per_s']:>11,.0f} "
-              f"{r['page_lookups_per_s']:>15,.0f} {r['lookups_per_s']:>10,.0f} {r['hash_pages_per_s']:>11,.0f} "
-              f"{r['index_bytes_modelled'] / 1e6:>9.1f}")
+        print(
+            f"{r['kind']:>10} {r['cached_pages']:>12,} {r['inserts_per_s']:>11,.0f} "
+            f"{r['page_lookups_per_s']:>15,.0f} {r['lookups_per_s']:>10,.0f} {r['hash_pages_per_s']:>11,.0f} "
+            f"{r['index_bytes_modelled'] / 1e6:>9.1f}"
+        )
 
 
 if __name__ == "__main__":

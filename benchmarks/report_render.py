@@ -17,17 +17,29 @@ import time
 from pathlib import Path
 
 LARGE_RUN = {
-    "name": "report-large", "seed": 0, "duration_s": 1200, "cluster": {"num_nodes": 8},
+    "name": "report-large",
+    "seed": 0,
+    "duration_s": 1200,
+    "cluster": {"num_nodes": 8},
     "workload": {"name": "seed"},
-    "arms": {"openclaw": {}, "paged": {}, "paged+prefix": {}, "engine": {},
-             "engine+least_loaded": {"cache": {"mechanism": "paged", "prefix_cache": True},
-                                     "policies": {"routing": {"name": "least_loaded", "params": {}}}}},
+    "arms": {
+        "openclaw": {},
+        "paged": {},
+        "paged+prefix": {},
+        "engine": {},
+        "engine+least_loaded": {
+            "cache": {"mechanism": "paged", "prefix_cache": True},
+            "policies": {"routing": {"name": "least_loaded", "params": {}}},
+        },
+    },
 }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run-dir", help="existing run directory (default: simulate runs/report-large)")
+    ap.add_argument(
+        "--run-dir", help="existing run directory (default: simulate runs/report-large)"
+    )
     ap.add_argument("--out", default="runs/report-large.html")
     args = ap.parse_args()
     run_dir = Path(args.run_dir or "runs/report-large")
@@ -46,8 +58,10 @@ def main() -> None:
         times.append((time.perf_counter() - wall, time.process_time() - cpu))
     text = Path(args.out).read_text(encoding="utf-8")
     best = min(times)
-    print(f"report: {args.out}: {len(text.encode()) / 1e6:.2f} MB, render {best[0]:.2f} s wall "
-          f"({best[1]:.2f} s CPU), best of 3")
+    print(
+        f"report: {args.out}: {len(text.encode()) / 1e6:.2f} MB, render {best[0]:.2f} s wall "
+        f"({best[1]:.2f} s CPU), best of 3"
+    )
     for m in re.finditer(r'<figure id="([^"]+)".*?</figure>', text, re.S):
         print(f"  {m.group(1):<28} {len(m.group(0).encode()) / 1e3:7.0f} kB")
 

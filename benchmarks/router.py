@@ -37,7 +37,9 @@ QUEUED_PER_NODE = 12
 
 
 def build_cluster(policy: str, rng: np.random.Generator) -> Cluster:
-    cfg = parse_config({"cluster": {"num_nodes": NUM_NODES}, "policies": {"routing": {"name": policy}}})
+    cfg = parse_config(
+        {"cluster": {"num_nodes": NUM_NODES}, "policies": {"routing": {"name": policy}}}
+    )
     return Cluster(cfg, Workload("bench", iter(())), rng)
 
 
@@ -45,10 +47,14 @@ def random_keys(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.integers(0, 2**63, size=n, dtype=np.int64).astype(np.uint64)
 
 
-def cached_prefixes(rng: np.random.Generator, num_prefixes: int) -> list[tuple[np.ndarray, list[int]]]:
+def cached_prefixes(
+    rng: np.random.Generator, num_prefixes: int
+) -> list[tuple[np.ndarray, list[int]]]:
     """(keys, nodes holding them) of every cached prefix."""
     trunks = [random_keys(rng, TRUNK_PAGES) for _ in range(TRUNKS)]
-    holders = [rng.choice(NUM_NODES, size=int(rng.integers(1, 4)), replace=False).tolist() for _ in trunks]
+    holders = [
+        rng.choice(NUM_NODES, size=int(rng.integers(1, 4)), replace=False).tolist() for _ in trunks
+    ]
     out = []
     for p in range(num_prefixes):
         t = p % TRUNKS
@@ -104,12 +110,20 @@ def bench_policy(policy: str, num_prefixes: int, num_queries: int, seed: int) ->
         for keys, _ in prefixes:
             cluster.router.decide(make_seq(rng, keys))
     times = time_decisions(cluster, queries(rng, prefixes, num_queries))
-    return {"policy": policy, "table_keys": len(cluster.table.key_to_nodes), "mean_s": times.mean(),
-            "p50_s": float(np.percentile(times, 50)), "p99_s": float(np.percentile(times, 99))}
+    return {
+        "policy": policy,
+        "table_keys": len(cluster.table.key_to_nodes),
+        "mean_s": times.mean(),
+        "p50_s": float(np.percentile(times, 50)),
+        "p99_s": float(np.percentile(times, 99)),
+    }
 
 
 def time_hashing(rng: np.random.Generator, n: int = 2000) -> float:
-    prompts = [rng.integers(0, 128000, size=int(rng.integers(512, 8193)) + 2048, dtype=np.int32) for _ in range(n)]
+    prompts = [
+        rng.integers(0, 128000, size=int(rng.integers(512, 8193)) + 2048, dtype=np.int32)
+        for _ in range(n)
+    ]
     t = time.perf_counter()
     for prompt in prompts:
         page_keys(prompt, 16)
@@ -118,19 +132,29 @@ def time_hashing(rng: np.random.Generator, n: int = 2000) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--policies", default=",".join(ROUTING), help="comma-separated routing policies")
+    ap.add_argument(
+        "--policies", default=",".join(ROUTING), help="comma-separated routing policies"
+    )
     ap.add_argument("--prefixes", type=int, default=100_000, help="cached prefixes in the table")
     ap.add_argument("--queries", type=int, default=20_000, help="timed decisions per policy")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(f"{NUM_NODES} nodes, {args.prefixes} cached prefixes, {args.queries} decisions per policy")
-    print(f"{'policy':>20} {'table keys':>10} {'decisions/s':>12} {'mean us':>8} {'p50 us':>7} {'p99 us':>7}")
+    print(
+        f"{NUM_NODES} nodes, {args.prefixes} cached prefixes, {args.queries} decisions per policy"
+    )
+    print(
+        f"{'policy':>20} {'table keys':>10} {'decisions/s':>12} {'mean us':>8} {'p50 us':>7} {'p99 us':>7}"
+    )
     for policy in args.policies.split(","):
         r = bench_policy(policy.strip(), args.prefixes, args.queries, args.seed)
-        print(f"{r['policy']:>20} {r['table_keys']:>10} {1 / r['mean_s']:>12,.0f} {r['mean_s'] * 1e6:>8.1f} "
-              f"{r['p50_s'] * 1e6:>7.1f} {r['p99_s'] * 1e6:>7.1f}")
-    print(f"hashing a seed-length prompt (2,560-10,240 tokens) into page keys: "
-          f"{time_hashing(np.random.default_rng(args.seed)) * 1e6:.1f} us (per request, not per decision)")
+        print(
+            f"{r['policy']:>20} {r['table_keys']:>10} {1 / r['mean_s']:>12,.0f} {r['mean_s'] * 1e6:>8.1f} "
+            f"{r['p50_s'] * 1e6:>7.1f} {r['p99_s'] * 1e6:>7.1f}"
+        )
+    print(
+        f"hashing a seed-length prompt (2,560-10,240 tokens) into page keys: "
+        f"{time_hashing(np.random.default_rng(args.seed)) * 1e6:.1f} us (per request, not per decision)"
+    )
 
 
 if __name__ == "__main__":

@@ -15,18 +15,24 @@ import json
 from pathlib import Path
 
 COLUMNS = [
-    ("prefix_hit_rate", "hit rate", "{:.1%}"), ("mean_ttft_ms", "mean TTFT ms", "{:.0f}"),
-    ("p99_ttft_ms", "P99 TTFT ms", "{:.0f}"), ("output_throughput", "out tok/s", "{:.0f}"),
-    ("load_imbalance", "load max/mean", "{:.2f}"), ("busy_imbalance", "busy max/mean", "{:.2f}"),
-    ("max_node_request_share", "top node share", "{:.1%}"), ("mean_router_wait_ms", "router wait ms", "{:.3f}"),
+    ("prefix_hit_rate", "hit rate", "{:.1%}"),
+    ("mean_ttft_ms", "mean TTFT ms", "{:.0f}"),
+    ("p99_ttft_ms", "P99 TTFT ms", "{:.0f}"),
+    ("output_throughput", "out tok/s", "{:.0f}"),
+    ("load_imbalance", "load max/mean", "{:.2f}"),
+    ("busy_imbalance", "busy max/mean", "{:.2f}"),
+    ("max_node_request_share", "top node share", "{:.1%}"),
+    ("mean_router_wait_ms", "router wait ms", "{:.3f}"),
     ("p99_router_wait_ms", "P99 router wait ms", "{:.3f}"),
 ]
 
 
 def table(summary: dict) -> str:
     head = ["arm", *(label for _, label, _ in COLUMNS)]
-    rows = [[arm, *("-" if m.get(k) is None else f.format(m[k]) for k, _, f in COLUMNS)]
-            for arm, m in summary["arms"].items()]
+    rows = [
+        [arm, *("-" if m.get(k) is None else f.format(m[k]) for k, _, f in COLUMNS)]
+        for arm, m in summary["arms"].items()
+    ]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = [" | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows]]
     lines.insert(1, "-|-".join("-" * w for w in widths))

@@ -30,10 +30,14 @@ print(json.dumps({"wall_s": wall, "peak_rss_mb": resource.getrusage(resource.RUS
 
 
 def run_point(num_nodes: int, duration_s: float) -> dict:
-    raw = {"duration_s": duration_s, "cluster": {"num_nodes": num_nodes},
-           "workload": {"name": "seed", "params": {"num_clients": 25 * num_nodes}}}
-    out = subprocess.run([sys.executable, "-c", POINT, json.dumps(raw)], check=True,
-                         capture_output=True, text=True)
+    raw = {
+        "duration_s": duration_s,
+        "cluster": {"num_nodes": num_nodes},
+        "workload": {"name": "seed", "params": {"num_clients": 25 * num_nodes}},
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", POINT, json.dumps(raw)], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -47,10 +51,14 @@ def default_study() -> None:
         wall = time.perf_counter() - t
         total += wall
         simulated += cfg.duration_s
-        print(f"  {arm:>14}: {wall:6.1f} s wall, {cfg.duration_s / wall:6.1f} simulated s per wall s")
+        print(
+            f"  {arm:>14}: {wall:6.1f} s wall, {cfg.duration_s / wall:6.1f} simulated s per wall s"
+        )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"default study (4 arms x 20 simulated min): {total:.1f} s wall, "
-          f"{simulated / total:.1f} simulated s per wall s, peak RSS {rss:.0f} MB")
+    print(
+        f"default study (4 arms x 20 simulated min): {total:.1f} s wall, "
+        f"{simulated / total:.1f} simulated s per wall s, peak RSS {rss:.0f} MB"
+    )
 
 
 def main() -> None:
@@ -64,7 +72,9 @@ def main() -> None:
     points = [(1, base), (8, base), (32, base), (4, base), (4, 2 * base), (4, 4 * base)]
     for nodes, duration in points:
         r = run_point(nodes, duration)
-        print(f"{nodes:5d} {duration:6.0f} {r['wall_s']:7.1f} {r['peak_rss_mb']:8.0f} {r['completed']:9d}")
+        print(
+            f"{nodes:5d} {duration:6.0f} {r['wall_s']:7.1f} {r['peak_rss_mb']:8.0f} {r['completed']:9d}"
+        )
 
 
 if __name__ == "__main__":

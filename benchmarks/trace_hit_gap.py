@@ -32,17 +32,25 @@ from workloads.trace_stats import Chains, hit_counts, prefix_chains, totals
 
 def subset(chains: Chains, rows: np.ndarray) -> Chains:
     pick = rows.tolist()
-    return Chains([chains.nodes[i] for i in pick], [chains.tokens[i] for i in pick],
-                  [chains.input_length[i] for i in pick], chains.num_nodes)
+    return Chains(
+        [chains.nodes[i] for i in pick],
+        [chains.tokens[i] for i in pick],
+        [chains.input_length[i] for i in pick],
+        chains.num_nodes,
+    )
 
 
 def routed(chains: Chains, node_of_row: np.ndarray, capacity: float | None) -> int:
     """Hit tokens of per-node caches, each fed the requests routed to it, in trace order."""
-    return sum(hit_counts(subset(chains, np.flatnonzero(node_of_row == n)), capacity)[0]
-               for n in np.unique(node_of_row[node_of_row >= 0]))
+    return sum(
+        hit_counts(subset(chains, np.flatnonzero(node_of_row == n)), capacity)[0]
+        for n in np.unique(node_of_row[node_of_row >= 0])
+    )
 
 
-def moved(chains: Chains, node_of_row: np.ndarray, arrival_s: np.ndarray) -> tuple[int, float | None]:
+def moved(
+    chains: Chains, node_of_row: np.ndarray, arrival_s: np.ndarray
+) -> tuple[int, float | None]:
     """Requests routed to a node holding less of their prefix than some other node did (caches
     that never evict): how many, and the median seconds since the prefix was last used."""
     last_use: dict[int, int] = {}  # prefix-tree node -> the last request that held it, any node
@@ -64,8 +72,12 @@ def moved(chains: Chains, node_of_row: np.ndarray, arrival_s: np.ndarray) -> tup
 def arm_row(run: Path, arm: str, metrics: dict) -> dict:
     cfg = parse_config(json.loads((run / arm / "config.json").read_text()))
     p = cfg.workload.params
-    trace = window(cached_trace(p["path"], p["format"], p.get("skip_bad_rows", False)),
-                   p.get("start_s", 0.0), p.get("end_s"), p.get("max_requests"))
+    trace = window(
+        cached_trace(p["path"], p["format"], p.get("skip_bad_rows", False)),
+        p.get("start_s", 0.0),
+        p.get("end_s"),
+        p.get("max_requests"),
+    )
     chains = prefix_chains(trace)
     total = totals(chains)[0]
     node_pool = cfg.kv_capacity_bytes // cfg.model.kv_bytes_per_token  # tokens
@@ -75,7 +87,9 @@ def arm_row(run: Path, arm: str, metrics: dict) -> dict:
     for rid, node in zip(requests.request_id, requests.node, strict=True):
         node_of_row[row_of_id[int(rid)]] = node
     return {
-        "arm": arm, "node_pool_tokens": int(node_pool), "nodes": cfg.cluster.num_nodes,
+        "arm": arm,
+        "node_pool_tokens": int(node_pool),
+        "nodes": cfg.cluster.num_nodes,
         "infinite": hit_counts(chains)[0] / total,
         "lru_cluster": hit_counts(chains, node_pool * cfg.cluster.num_nodes)[0] / total,
         "lru_node": hit_counts(chains, node_pool)[0] / total,
@@ -94,13 +108,19 @@ def main() -> None:
     summary = json.loads((args.run / "summary.json").read_text())
     rows = [arm_row(args.run, arm, m) for arm, m in summary["arms"].items()]
     cols = ["infinite", "lru_cluster", "lru_node", "routed_infinite", "routed_lru", "simulator"]
-    print(f"node pool {rows[0]['node_pool_tokens']:,} tokens x {rows[0]['nodes']} nodes; token hit rates")
+    print(
+        f"node pool {rows[0]['node_pool_tokens']:,} tokens x {rows[0]['nodes']} nodes; token hit rates"
+    )
     print("| arm | " + " | ".join(cols) + " | failed | moved (median gap s) |")
     print("|---|" + "---:|" * (len(cols) + 2))
     for r in rows:
         count, gap = r["moved"]
         gap_text = f"{gap:.0f}" if gap is not None else "-"
-        print(f"| {r['arm']} | " + " | ".join(f"{r[c]:.1%}" for c in cols) + f" | {r['failed']} | {count} ({gap_text}) |")
+        print(
+            f"| {r['arm']} | "
+            + " | ".join(f"{r[c]:.1%}" for c in cols)
+            + f" | {r['failed']} | {count} ({gap_text}) |"
+        )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,21 @@ def main() -> None:
     args = ap.parse_args()
 
     trace, load_s, load_peak = measure(lambda: load_trace(args.file, args.format))
-    held = sum(getattr(trace, f).nbytes for f in ("arrival_s", "input_length", "output_length", "request_id",
-                                                   "session_id", "priority", "block_start", "block_ids",
-                                                   "token_start", "tokens"))
+    held = sum(
+        getattr(trace, f).nbytes
+        for f in (
+            "arrival_s",
+            "input_length",
+            "output_length",
+            "request_id",
+            "session_id",
+            "priority",
+            "block_start",
+            "block_ids",
+            "token_start",
+            "tokens",
+        )
+    )
     unique_blocks = int(np.unique(trace.block_ids).size)
     total_tokens = int(trace.input_length.sum())
 
@@ -52,14 +64,22 @@ def main() -> None:
     assert built == total_tokens
     mb = 1e6
     print(f"file: {args.file}")
-    print(f"requests {len(trace):,}; blocks {trace.block_ids.size:,} ({unique_blocks:,} unique); "
-          f"prompt tokens {total_tokens:,}")
-    print(f"load (parse + validate every row): {load_s:.2f} s wall, peak traced memory {load_peak / mb:.1f} MB")
+    print(
+        f"requests {len(trace):,}; blocks {trace.block_ids.size:,} ({unique_blocks:,} unique); "
+        f"prompt tokens {total_tokens:,}"
+    )
+    print(
+        f"load (parse + validate every row): {load_s:.2f} s wall, peak traced memory {load_peak / mb:.1f} MB"
+    )
     print(f"loaded trace holds {held / mb:.2f} MB of numpy columns")
-    print(f"replay: load + build all {len(trace):,} prompts lazily: {replay_s:.2f} s wall, "
-          f"peak traced memory {replay_peak / mb:.1f} MB")
-    print(f"for scale: every prompt materialised = {total_tokens * 4 / mb:,.0f} MB (int32); "
-          f"one shared token array per unique block = {unique_blocks * trace.block_size * 4 / mb:,.0f} MB")
+    print(
+        f"replay: load + build all {len(trace):,} prompts lazily: {replay_s:.2f} s wall, "
+        f"peak traced memory {replay_peak / mb:.1f} MB"
+    )
+    print(
+        f"for scale: every prompt materialised = {total_tokens * 4 / mb:,.0f} MB (int32); "
+        f"one shared token array per unique block = {unique_blocks * trace.block_size * 4 / mb:,.0f} MB"
+    )
 
 
 if __name__ == "__main__":

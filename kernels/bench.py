@@ -252,8 +252,18 @@ def time_kernel(
     out = torch.full_like(q, float("nan"))
 
     def launch(check_bounds: bool) -> None:
-        paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, out=out,
-                               grouped=grouped, check_bounds=check_bounds, **hints, **cfg)
+        paged_decode_attention(
+            q,
+            kv.k_cache,
+            kv.v_cache,
+            kv.block_tables,
+            kv.seq_lens,
+            out=out,
+            grouped=grouped,
+            check_bounds=check_bounds,
+            **hints,
+            **cfg,
+        )
 
     # Validate once (bounds, shapes), then time the launch path without the host sync.
     launch(check_bounds=True)

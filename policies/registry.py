@@ -36,7 +36,9 @@ REGISTRY = {"routing": ROUTING, "eviction": EVICTION, "admission": ADMISSION}
 def make_policy(kind: str, spec: PolicySpec, rng: np.random.Generator | None = None):
     table = REGISTRY[kind]
     if spec.name not in table:
-        raise ConfigError(f"policies.{kind}.name: unknown policy {spec.name!r}; allowed: {', '.join(sorted(table))}")
+        raise ConfigError(
+            f"policies.{kind}.name: unknown policy {spec.name!r}; allowed: {', '.join(sorted(table))}"
+        )
     cls = table[spec.name]
     try:
         params = cls.Params.model_validate(spec.params)

@@ -82,7 +82,9 @@ class LeastKV:
         pass
 
     def route(self, query: RouteQuery, views: Sequence[NodeView]) -> int:
-        return min(range(len(views)), key=lambda i: (-views[i].kv_free_tokens, views[i].outstanding, i))
+        return min(
+            range(len(views)), key=lambda i: (-views[i].kv_free_tokens, views[i].outstanding, i)
+        )
 
 
 class PrefixAffinityParams(BaseModel):
@@ -108,7 +110,9 @@ class PrefixAffinity:
         return affinity_choice(views, [v.cached_prefix_tokens for v in views], self.p)
 
 
-def affinity_choice(views: Sequence[NodeView], matched: Sequence[int], p: PrefixAffinityParams) -> int:
+def affinity_choice(
+    views: Sequence[NodeView], matched: Sequence[int], p: PrefixAffinityParams
+) -> int:
     """Layer 1 (longest match, ties to the least loaded) then layer 2 (load fallback)."""
     longest = max(matched)
     if longest == 0:
@@ -191,7 +195,11 @@ class WeightedScorers:
         span = queue.max() - queue.min()
         queue_score = (queue.max() - queue) / span if span > 0 else np.ones_like(queue)
         kv_score = 1.0 - np.array([min(1.0, v.kv_utilization) for v in views])
-        return self.p.prefix_weight * prefix + self.p.queue_weight * queue_score + self.p.kv_weight * kv_score
+        return (
+            self.p.prefix_weight * prefix
+            + self.p.queue_weight * queue_score
+            + self.p.kv_weight * kv_score
+        )
 
     def route(self, query: RouteQuery, views: Sequence[NodeView]) -> int:
         scores = self.scores(query, views)

@@ -21,17 +21,29 @@ from sim.views import NodeView, RouteQuery
 # (sglang_router RouterArgs), as published; see docs/routing.md. Tree sizes count characters
 # there and tokens here.
 SGLANG_DEFAULTS: dict[str, dict[str, Any]] = {
-    "library": dict(cache_threshold=0.5, balance_abs_threshold=32, balance_rel_threshold=1.1,
-                    eviction_interval_s=30.0, max_tree_tokens=10_000),
-    "cli": dict(cache_threshold=0.3, balance_abs_threshold=64, balance_rel_threshold=1.5,
-                eviction_interval_s=120.0, max_tree_tokens=2**26),
+    "library": dict(
+        cache_threshold=0.5,
+        balance_abs_threshold=32,
+        balance_rel_threshold=1.1,
+        eviction_interval_s=30.0,
+        max_tree_tokens=10_000,
+    ),
+    "cli": dict(
+        cache_threshold=0.3,
+        balance_abs_threshold=64,
+        balance_rel_threshold=1.5,
+        eviction_interval_s=120.0,
+        max_tree_tokens=2**26,
+    ),
 }
 
 
 class SGLangCacheAwareParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     defaults: Literal["library", "cli"] = "library"  # which published set fills unset fields
-    cache_threshold: float = Field(ge=0, le=1)  # min matched share of the prompt to follow the match
+    cache_threshold: float = Field(
+        ge=0, le=1
+    )  # min matched share of the prompt to follow the match
     balance_abs_threshold: int = Field(ge=0)  # outstanding requests, max - min
     balance_rel_threshold: float = Field(ge=1)  # max > rel x min
     eviction_interval_s: float = Field(ge=0)  # 0: never trim the trees
@@ -108,7 +120,9 @@ class Decentralized:
         if not self.tables:
             self.tables = [ApproxPrefixTable(len(views)) for _ in range(self.p.num_routers)]
         table = self.tables[self._pick_router()]
-        choice = affinity_choice(views, (table.matched_pages(query.keys) * query.page_size).tolist(), self.p)
+        choice = affinity_choice(
+            views, (table.matched_pages(query.keys) * query.page_size).tolist(), self.p
+        )
         table.insert(query.keys, choice)
         # A node cannot cache more than its pool: forget its least recently routed pages beyond that.
         table.trim(choice, views[choice].kv_capacity_tokens // query.page_size)

@@ -20,39 +20,51 @@ class Metric:
     scale: float = 1.0  # displayed = stored * scale (bytes -> GB, share -> percent)
 
 
-METRICS = {m.key: m for m in [
-    Metric("output_throughput", "output throughput", "tok/s", "{:,.0f}", +1),
-    Metric("request_throughput", "request throughput", "req/s", "{:.2f}", +1),
-    Metric("total_token_throughput", "total token throughput", "tok/s", "{:,.0f}", +1),
-    Metric("p50_ttft_ms", "P50 TTFT", "ms", "{:,.0f}", -1),
-    Metric("p99_ttft_ms", "P99 TTFT", "ms", "{:,.0f}", -1),
-    Metric("mean_ttft_ms", "mean TTFT", "ms", "{:,.0f}", -1),
-    Metric("p50_tpot_ms", "P50 TPOT", "ms", "{:,.1f}", -1),
-    Metric("p99_tpot_ms", "P99 TPOT", "ms", "{:,.1f}", -1),
-    Metric("mean_tpot_ms", "mean TPOT", "ms", "{:,.1f}", -1),
-    Metric("p50_e2el_ms", "P50 E2E", "ms", "{:,.0f}", -1),
-    Metric("p99_e2el_ms", "P99 E2E", "ms", "{:,.0f}", -1),
-    Metric("mean_e2el_ms", "mean E2E", "ms", "{:,.0f}", -1),
-    Metric("prefix_hit_rate", "prefix hit rate", "%", "{:.1f}", +1, 100.0),
-    Metric("peak_kv_bytes", "peak KV", "GB", "{:,.0f}", -1, 1e-9),
-    Metric("kv_utilization", "KV utilisation", "%", "{:.1f}", +1, 100.0),
-    Metric("oom_events", "OOM events", "", "{:,.0f}", -1),
-    Metric("preemptions", "preemptions", "", "{:,.0f}", -1),
-    Metric("completed", "completed", "", "{:,.0f}", +1),
-    Metric("failed", "failed", "", "{:,.0f}", -1),
-    Metric("false_hits", "false hits", "", "{:,.0f}", 0),
-    Metric("wrong_reuse_tokens", "wrong-reuse tokens", "", "{:,.0f}", -1),
-    Metric("use_after_free", "use-after-free", "", "{:,.0f}", -1),
-    Metric("evicted_pages", "evicted pages", "", "{:,.0f}", -1),
-    Metric("protected_pages", "protected pages", "", "{:,.0f}", 0),
-    Metric("load_imbalance", "load imbalance (max/mean)", "", "{:.2f}", -1),
-    Metric("network_bytes", "network", "GB", "{:,.2f}", -1, 1e-9),
-]}
+METRICS = {
+    m.key: m
+    for m in [
+        Metric("output_throughput", "output throughput", "tok/s", "{:,.0f}", +1),
+        Metric("request_throughput", "request throughput", "req/s", "{:.2f}", +1),
+        Metric("total_token_throughput", "total token throughput", "tok/s", "{:,.0f}", +1),
+        Metric("p50_ttft_ms", "P50 TTFT", "ms", "{:,.0f}", -1),
+        Metric("p99_ttft_ms", "P99 TTFT", "ms", "{:,.0f}", -1),
+        Metric("mean_ttft_ms", "mean TTFT", "ms", "{:,.0f}", -1),
+        Metric("p50_tpot_ms", "P50 TPOT", "ms", "{:,.1f}", -1),
+        Metric("p99_tpot_ms", "P99 TPOT", "ms", "{:,.1f}", -1),
+        Metric("mean_tpot_ms", "mean TPOT", "ms", "{:,.1f}", -1),
+        Metric("p50_e2el_ms", "P50 E2E", "ms", "{:,.0f}", -1),
+        Metric("p99_e2el_ms", "P99 E2E", "ms", "{:,.0f}", -1),
+        Metric("mean_e2el_ms", "mean E2E", "ms", "{:,.0f}", -1),
+        Metric("prefix_hit_rate", "prefix hit rate", "%", "{:.1f}", +1, 100.0),
+        Metric("peak_kv_bytes", "peak KV", "GB", "{:,.0f}", -1, 1e-9),
+        Metric("kv_utilization", "KV utilisation", "%", "{:.1f}", +1, 100.0),
+        Metric("oom_events", "OOM events", "", "{:,.0f}", -1),
+        Metric("preemptions", "preemptions", "", "{:,.0f}", -1),
+        Metric("completed", "completed", "", "{:,.0f}", +1),
+        Metric("failed", "failed", "", "{:,.0f}", -1),
+        Metric("false_hits", "false hits", "", "{:,.0f}", 0),
+        Metric("wrong_reuse_tokens", "wrong-reuse tokens", "", "{:,.0f}", -1),
+        Metric("use_after_free", "use-after-free", "", "{:,.0f}", -1),
+        Metric("evicted_pages", "evicted pages", "", "{:,.0f}", -1),
+        Metric("protected_pages", "protected pages", "", "{:,.0f}", 0),
+        Metric("load_imbalance", "load imbalance (max/mean)", "", "{:.2f}", -1),
+        Metric("network_bytes", "network", "GB", "{:,.2f}", -1, 1e-9),
+    ]
+}
 
 # The headline table of every report, in this order.
 HEADLINE = [
-    "output_throughput", "request_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms",
-    "p99_tpot_ms", "p50_e2el_ms", "p99_e2el_ms", "prefix_hit_rate", "peak_kv_bytes", "oom_events",
+    "output_throughput",
+    "request_throughput",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "p50_tpot_ms",
+    "p99_tpot_ms",
+    "p50_e2el_ms",
+    "p99_e2el_ms",
+    "prefix_hit_rate",
+    "peak_kv_bytes",
+    "oom_events",
     "preemptions",
 ]
 

@@ -42,14 +42,24 @@ class Move:
     def describe(self) -> str:
         m = metric(self.key)
         unit = f" {m.unit}" if m.unit and m.unit != "%" else ""
-        now = "none" if self.value is None else fmt(self.key, self.value) + ("%" if m.unit == "%" else unit)
+        now = (
+            "none"
+            if self.value is None
+            else fmt(self.key, self.value) + ("%" if m.unit == "%" else unit)
+        )
         was = fmt(self.key, self.base) + ("%" if m.unit == "%" else unit)
         if "abs" in self.tolerance:
             pts = m.unit == "%"
-            move = "" if self.value is None else f"{(self.value - self.base) * m.scale:+.1f}{' pts' if pts else unit}; "
+            move = (
+                ""
+                if self.value is None
+                else f"{(self.value - self.base) * m.scale:+.1f}{' pts' if pts else unit}; "
+            )
             tol = f"{self.tolerance['abs'] * m.scale:.1f}{' pts' if pts else unit}"
         else:
-            change = None if self.value is None or not self.base else (self.value / self.base - 1) * 100
+            change = (
+                None if self.value is None or not self.base else (self.value / self.base - 1) * 100
+            )
             move = "" if change is None else f"{change:+.1f}%; "
             tol = f"{self.tolerance['rel'] * 100:.1f}%"
         return f"{self.arm} {self.key}: {was} -> {now} ({move}tolerance {tol})"
@@ -58,7 +68,9 @@ class Move:
 def _tolerance(arm: str, key: str, spec) -> dict:
     ok = isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) in ("abs", "rel")
     if not ok or (v := number(next(iter(spec.values())))) is None or v < 0:
-        raise ConfigError(f"baseline: arms.{arm}.tolerances.{key} must be {{\"abs\": x}} or {{\"rel\": x}} with x >= 0")
+        raise ConfigError(
+            f'baseline: arms.{arm}.tolerances.{key} must be {{"abs": x}} or {{"rel": x}} with x >= 0'
+        )
     return spec
 
 
@@ -73,7 +85,16 @@ def compare_metric(arm: str, key: str, base, value, spec: dict) -> Move:
     if v is None:
         return Move(arm, key, base_v, None, allowed, tol, regressed=True, improved=False)
     delta = (v - base_v) * better  # > 0: better
-    return Move(arm, key, base_v, v, allowed, tol, regressed=delta < -allowed - 1e-12, improved=delta > allowed + 1e-12)
+    return Move(
+        arm,
+        key,
+        base_v,
+        v,
+        allowed,
+        tol,
+        regressed=delta < -allowed - 1e-12,
+        improved=delta > allowed + 1e-12,
+    )
 
 
 def check_run(run: Run, baseline: dict) -> list[Move]:
@@ -82,11 +103,15 @@ def check_run(run: Run, baseline: dict) -> list[Move]:
         raise ConfigError("baseline: no arms; write one with --update")
     missing = [a for a in arms if a not in run.arms]
     if missing:
-        raise ConfigError(f"arm(s) {', '.join(missing)} in the baseline but not in the run; run arms: {', '.join(run.arms)}")
+        raise ConfigError(
+            f"arm(s) {', '.join(missing)} in the baseline but not in the run; run arms: {', '.join(run.arms)}"
+        )
     extra = [a for a in run.arms if a not in arms]
     if extra:
-        raise ConfigError(f"unknown arm(s) {', '.join(extra)}: not in the baseline (baseline arms: {', '.join(arms)}); "
-                          "add them with --update")
+        raise ConfigError(
+            f"unknown arm(s) {', '.join(extra)}: not in the baseline (baseline arms: {', '.join(arms)}); "
+            "add them with --update"
+        )
     moves = []
     for arm, entry in arms.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
@@ -96,7 +121,15 @@ def check_run(run: Run, baseline: dict) -> list[Move]:
         for key, base in entry["metrics"].items():
             if key not in got:
                 raise ConfigError(f"run: {arm} has no metric {key!r} in summary.json")
-            moves.append(compare_metric(arm, key, base, got[key], tolerances.get(key, DEFAULT_TOLERANCES.get(key, {"rel": 0.10}))))
+            moves.append(
+                compare_metric(
+                    arm,
+                    key,
+                    base,
+                    got[key],
+                    tolerances.get(key, DEFAULT_TOLERANCES.get(key, {"rel": 0.10})),
+                )
+            )
     return moves
 
 
@@ -129,11 +162,16 @@ def build_baseline(run: Run, previous: dict) -> dict:
             "tolerances": {k: old_tol.get(k, DEFAULT_TOLERANCES[k]) for k in keys},
             "config": arm.config,
         }
-    return {"about": "kvsched check baseline: per arm, gated metrics, tolerances (abs: absolute in the metric's "
-                     "stored unit; rel: share of the baseline value) and the arm's resolved config. "
-                     "Rewrite on purpose with `kvsched check RUN --baseline FILE --update`.",
-            "run": run.label, "seed": run.summary.get("seed"), "version": run.summary.get("version"),
-            "latency_model": run.summary.get("latency_model"), "arms": arms}
+    return {
+        "about": "kvsched check baseline: per arm, gated metrics, tolerances (abs: absolute in the metric's "
+        "stored unit; rel: share of the baseline value) and the arm's resolved config. "
+        "Rewrite on purpose with `kvsched check RUN --baseline FILE --update`.",
+        "run": run.label,
+        "seed": run.summary.get("seed"),
+        "version": run.summary.get("version"),
+        "latency_model": run.summary.get("latency_model"),
+        "arms": arms,
+    }
 
 
 def run_check(run_dir: str, baseline_path: str, update: bool = False) -> int:
@@ -152,21 +190,32 @@ def run_check(run_dir: str, baseline_path: str, update: bool = False) -> int:
 
 def report_moves(run: Run, baseline: dict, moves: list[Move], path: str) -> int:
     bad = [m for m in moves if m.regressed]
-    print(f"check {run.path} against {path}: {len(moves)} metric(s) over {len(baseline['arms'])} arm(s)")
+    print(
+        f"check {run.path} against {path}: {len(moves)} metric(s) over {len(baseline['arms'])} arm(s)"
+    )
     for m in bad:
         print(f"  REGRESSION {m.describe()}")
     for m in (m for m in moves if m.improved):
         print(f"  improved   {m.describe()}")
-    if baseline.get("latency_model") and baseline.get("latency_model") != run.summary.get("latency_model"):
-        print(f"  note: latency model {baseline['latency_model']} in the baseline, {run.summary.get('latency_model')} in the run")
+    if baseline.get("latency_model") and baseline.get("latency_model") != run.summary.get(
+        "latency_model"
+    ):
+        print(
+            f"  note: latency model {baseline['latency_model']} in the baseline, {run.summary.get('latency_model')} in the run"
+        )
     for arm in dict.fromkeys(m.arm for m in bad + [m for m in moves if m.improved]):
         changes = config_changes(baseline["arms"][arm].get("config") or {}, run.arms[arm].config)
         if changes and run.arms[arm].config:
             print(f"  config of {arm} differs from the baseline's: " + "; ".join(changes))
     if bad:
-        print(f"FAIL: {len(bad)} metric(s) regressed beyond tolerance in {len({m.arm for m in bad})} arm(s); "
-              "if intended, rewrite the baseline with --update")
+        print(
+            f"FAIL: {len(bad)} metric(s) regressed beyond tolerance in {len({m.arm for m in bad})} arm(s); "
+            "if intended, rewrite the baseline with --update"
+        )
         return 1
     improved = sum(m.improved for m in moves)
-    print("ok: every metric within tolerance" + (f" ({improved} improved beyond it; consider --update)" if improved else ""))
+    print(
+        "ok: every metric within tolerance"
+        + (f" ({improved} improved beyond it; consider --update)" if improved else "")
+    )
     return 0

@@ -35,14 +35,20 @@ def register(sub) -> None:
     rep.add_argument("--out", required=True, help="HTML file to write")
     rep.set_defaults(func=cmd_report)
 
-    cmp = sub.add_parser("compare", help="two runs (RUN_DIR) or two arms (RUN_DIR:ARM) side by side")
+    cmp = sub.add_parser(
+        "compare", help="two runs (RUN_DIR) or two arms (RUN_DIR:ARM) side by side"
+    )
     cmp.add_argument("a", metavar="A", help="RUN_DIR or RUN_DIR:ARM")
     cmp.add_argument("b", metavar="B", help="RUN_DIR or RUN_DIR:ARM")
     cmp.add_argument("--out", help="also write an HTML page here")
     cmp.set_defaults(func=cmd_compare)
 
-    chk = sub.add_parser("check", help="regression gate: a run against a baseline file (exit 1 on regression)")
+    chk = sub.add_parser(
+        "check", help="regression gate: a run against a baseline file (exit 1 on regression)"
+    )
     chk.add_argument("run_dir", metavar="RUN_DIR")
     chk.add_argument("--baseline", required=True, help="baseline JSON (e.g. baselines/seed.json)")
-    chk.add_argument("--update", action="store_true", help="rewrite the baseline from this run, on purpose")
+    chk.add_argument(
+        "--update", action="store_true", help="rewrite the baseline from this run, on purpose"
+    )
     chk.set_defaults(func=cmd_check)

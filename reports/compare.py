@@ -18,8 +18,17 @@ from reports.html import CSS
 from reports.rundata import Arm, Run, load_run
 from sim.config import ConfigError
 
-COMPARE_KEYS = [*HEADLINE, "completed", "failed", "false_hits", "wrong_reuse_tokens", "use_after_free",
-                "evicted_pages", "load_imbalance", "network_bytes"]
+COMPARE_KEYS = [
+    *HEADLINE,
+    "completed",
+    "failed",
+    "false_hits",
+    "wrong_reuse_tokens",
+    "use_after_free",
+    "evicted_pages",
+    "load_imbalance",
+    "network_bytes",
+]
 
 
 def parse_side(spec: str, frames: bool) -> tuple[Run, str | None]:
@@ -40,8 +49,10 @@ def pair_arms(a: tuple[Run, str | None], b: tuple[Run, str | None]) -> list[tupl
     names = [arm_a or arm_b] if (arm_a or arm_b) else [n for n in run_a.arms if n in run_b.arms]
     missing = [n for n in names if n not in run_a.arms or n not in run_b.arms]
     if missing or not names:
-        raise ConfigError(f"compare: no arm {', '.join(missing) or 'in common'} in both runs "
-                          f"(A: {', '.join(run_a.arms)}; B: {', '.join(run_b.arms)}); name one with RUN_DIR:ARM")
+        raise ConfigError(
+            f"compare: no arm {', '.join(missing) or 'in common'} in both runs "
+            f"(A: {', '.join(run_a.arms)}; B: {', '.join(run_b.arms)}); name one with RUN_DIR:ARM"
+        )
     return [(run_a.arms[n], run_b.arms[n]) for n in names]
 
 
@@ -57,10 +68,21 @@ def delta_rows(a: Arm, b: Arm) -> list[tuple[str, str, str, str, str, int]]:
             d = (vb - va) * m.scale
             delta = f"{d:+,.1f} pts" if m.unit == "%" else m.fmt.replace("{:", "{:+").format(d)
             change = f"{(vb / va - 1) * 100:+.1f}%" if va else "-"
-            verdict = (1 if (vb - va) * m.better > 0 else -1) if m.better and abs(vb - va) > 1e-12 else 0
+            verdict = (
+                (1 if (vb - va) * m.better > 0 else -1) if m.better and abs(vb - va) > 1e-12 else 0
+            )
             if not any(c in "123456789" for c in delta):  # moved less than the shown precision
                 delta, verdict = "0", 0
-        rows.append((header(key), fmt(key, a.metrics.get(key)), fmt(key, b.metrics.get(key)), delta, change, verdict))
+        rows.append(
+            (
+                header(key),
+                fmt(key, a.metrics.get(key)),
+                fmt(key, b.metrics.get(key)),
+                delta,
+                change,
+                verdict,
+            )
+        )
     return rows
 
 
@@ -68,8 +90,13 @@ def terminal_table(a: Arm, b: Arm) -> str:
     head = ("metric", f"A: {a.label}", f"B: {b.label}", "B - A", "change", "")
     body = [(*r[:5], {1: "better", -1: "worse", 0: ""}[r[5]]) for r in delta_rows(a, b)]
     widths = [max(len(str(row[i])) for row in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in [head, *body]]
+    lines = [
+        "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [head, *body]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(line.rstrip() for line in lines)
 
@@ -79,10 +106,13 @@ def _html_table(a: Arm, b: Arm) -> str:
     rows = "".join(
         f"<tr><td>{escape(r[0])}</td><td>{escape(r[1])}</td><td>{escape(r[2])}</td>"
         f'<td class="{cls[r[5]]}">{escape(r[3])}</td><td class="{cls[r[5]]}">{escape(r[4])}</td></tr>'
-        for r in delta_rows(a, b))
-    return (f"<h2>A: {escape(a.label)} &nbsp;vs&nbsp; B: {escape(b.label)}</h2><div class=\"scroll\"><table><thead>"
-            f"<tr><th>metric</th><th>A</th><th>B</th><th>B &minus; A</th><th>change</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table></div>")
+        for r in delta_rows(a, b)
+    )
+    return (
+        f'<h2>A: {escape(a.label)} &nbsp;vs&nbsp; B: {escape(b.label)}</h2><div class="scroll"><table><thead>'
+        f"<tr><th>metric</th><th>A</th><th>B</th><th>B &minus; A</th><th>change</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
+    )
 
 
 def _sided(pairs: list[tuple[Arm, Arm]]) -> list[Arm]:
@@ -99,14 +129,22 @@ def _sided(pairs: list[tuple[Arm, Arm]]) -> list[Arm]:
 def compare_html(pairs: list[tuple[Arm, Arm]], spec_a: str, spec_b: str) -> str:
     arms = _sided(pairs)
     with style():
-        figs = [plots_latency.cdf_figure(arms, "ttft"), plots_latency.cdf_figure(arms, "e2e"),
-                plots_cluster.queue_figure(arms), plots_cluster.hit_rate_figure(arms)]
+        figs = [
+            plots_latency.cdf_figure(arms, "ttft"),
+            plots_latency.cdf_figure(arms, "e2e"),
+            plots_cluster.queue_figure(arms),
+            plots_cluster.hit_rate_figure(arms),
+        ]
     title = f"kvsched compare: {spec_a} vs {spec_b}"
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>"
-            '<p class="lede">Green is better for B, red is worse; ratios are B / A.</p>'
-            + "".join(_html_table(a, b) for a, b in pairs)
-            + "<h2>Plots</h2>" + "".join(f for f in figs if f) + "</body></html>\n")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>"
+        '<p class="lede">Green is better for B, red is worse; ratios are B / A.</p>'
+        + "".join(_html_table(a, b) for a, b in pairs)
+        + "<h2>Plots</h2>"
+        + "".join(f for f in figs if f)
+        + "</body></html>\n"
+    )
 
 
 def run_compare(spec_a: str, spec_b: str, out: str | None) -> int:

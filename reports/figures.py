@@ -19,16 +19,34 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 STYLE = {
-    "svg.fonttype": "none", "font.family": "sans-serif", "font.size": 9, "axes.titlesize": 10,
-    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-    "legend.fontsize": 8, "legend.frameon": False, "figure.dpi": 96,
+    "svg.fonttype": "none",
+    "font.family": "sans-serif",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+    "figure.dpi": 96,
     # Plain numbers on axes: no "1e6" offset label a reader has to multiply in.
-    "axes.formatter.useoffset": False, "axes.formatter.limits": (-4, 12),
+    "axes.formatter.useoffset": False,
+    "axes.formatter.limits": (-4, 12),
     "axes.formatter.use_locale": False,
 }
 # Colour-blind-safe palette (Okabe-Ito), then tab10 for runs with many arms.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
-           *matplotlib.colormaps["tab10"].colors]
+PALETTE = [
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#F0E442",
+    "#000000",
+    *matplotlib.colormaps["tab10"].colors,
+]
 MAX_SERIES_POINTS = 240  # points per time-series line: enough for a 1000-px-wide plot
 MAX_PANEL_POINTS = 120  # points per line in a small-multiple panel (about 250 px wide)
 MAX_CDF_BODY_POINTS = 400  # evenly spaced ranks below the tail; the tail is kept whole
@@ -47,7 +65,9 @@ def style():
 def new_figure(nrows: int = 1, ncols: int = 1, width: float = 7.5, height: float = 3.2, **kw):
     # Constrained layout places labels and outside legends in the one draw savefig makes anyway
     # (tight_layout plus a tight bbox would draw every figure three times).
-    return plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained", **kw)
+    return plt.subplots(
+        nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained", **kw
+    )
 
 
 def mpl_label(text: str) -> str:
@@ -59,7 +79,9 @@ def mpl_label(text: str) -> str:
 
 def thousands(axis) -> None:
     """Tick labels with thousands separators (3,000,000 rather than 3000000)."""
-    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"))
+    axis.set_major_formatter(
+        matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}")
+    )
 
 
 def log_axis(ax, which: str) -> None:
@@ -68,8 +90,12 @@ def log_axis(ax, which: str) -> None:
     axis = ax.xaxis if which == "x" else ax.yaxis
     lo, hi = (ax.dataLim.x0, ax.dataLim.x1) if which == "x" else (ax.dataLim.y0, ax.dataLim.y1)
     wide = lo > 0 and np.log10(hi / lo) > 2.5  # labels at 1-2-5 would collide over many decades
-    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
-    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    axis.set_major_locator(
+        matplotlib.ticker.LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0))
+    )
+    axis.set_major_formatter(
+        matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}")
+    )
     axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
@@ -94,7 +120,7 @@ def svg(fig, key: str) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)
     text = buf.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     # Drop the RDF metadata block: its namespace and resource URIs carry nothing a reader needs.
     text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
     return _COORD_ATTR.sub(lambda m: _SIX_DECIMALS.sub(_round2, m.group(0)), text)
@@ -112,8 +138,10 @@ def _round2(m: re.Match) -> str:
 
 def figure_html(fig, key: str, title: str, caption: str) -> str:
     """<figure> with the inline SVG and a one-sentence caption saying what to look at."""
-    return (f'<figure id="fig-{html.escape(key)}" data-title="{html.escape(title)}">{svg(fig, key)}'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return (
+        f'<figure id="fig-{html.escape(key)}" data-title="{html.escape(title)}">{svg(fig, key)}'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def legend_outside(ax, ncol: int | None = None) -> None:
@@ -132,20 +160,26 @@ def bucket_index(times: np.ndarray, max_points: int = MAX_SERIES_POINTS) -> np.n
     return np.clip(np.searchsorted(edges, times, side="right") - 1, 0, max_points - 1)
 
 
-def downsample_mean(frame: pd.DataFrame, value_cols: list[str], max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
+def downsample_mean(
+    frame: pd.DataFrame, value_cols: list[str], max_points: int = MAX_SERIES_POINTS
+) -> pd.DataFrame:
     """Mean per time bucket (queues, load): the level, not single spikes."""
     b = bucket_index(frame.time_s.to_numpy(), max_points)
     return frame.assign(_b=b).groupby("_b")[["time_s", *value_cols]].mean().reset_index(drop=True)
 
 
-def downsample_peak(frame: pd.DataFrame, by: str, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
+def downsample_peak(
+    frame: pd.DataFrame, by: str, max_points: int = MAX_SERIES_POINTS
+) -> pd.DataFrame:
     """Per time bucket the one sample where `by` peaks (memory): peaks survive, stacks stay consistent."""
     b = bucket_index(frame.time_s.to_numpy(), max_points)
     idx = frame.assign(_b=b).groupby("_b")[by].idxmax()
     return frame.loc[idx.to_numpy()].reset_index(drop=True)
 
 
-def cdf_points(values: np.ndarray, tail_share: float = 0.01, min_tail: int = 50) -> tuple[np.ndarray, np.ndarray]:
+def cdf_points(
+    values: np.ndarray, tail_share: float = 0.01, min_tail: int = 50
+) -> tuple[np.ndarray, np.ndarray]:
     """(sorted values, cumulative share) thinned in the body; every point of the tail is kept."""
     x = np.sort(values[np.isfinite(values)])
     n = x.size

@@ -50,24 +50,46 @@ def _or_note(fig: str | None, what: str) -> str:
 def _memory_body(arms: list[Arm]) -> str:
     figs = [plots_cluster.kv_memory_figure(a, f"{i}") for i, a in enumerate(arms)]
     if not any(figs):
-        return '<p class="note">No arm recorded KV memory (kv_allocated_bytes) in timeseries.csv.</p>'
+        return (
+            '<p class="note">No arm recorded KV memory (kv_allocated_bytes) in timeseries.csv.</p>'
+        )
     return "".join(f for f in figs if f)
 
 
 def _body_sections(arms: list[Arm]) -> list[tuple[str, str, str]]:
-    all_metrics = f"<details><summary>All summary metrics</summary>{tables.all_metrics_table(arms)}</details>"
-    latency = [plots_latency.cdf_figure(arms, "ttft"), plots_latency.cdf_figure(arms, "e2e"),
-               plots_latency.ttft_scatter_figure(arms), "<h3>Per request class</h3>", tables.tag_table(arms)]
-    queues = [_or_note(plots_cluster.queue_figure(arms), "No queue samples (waiting) in timeseries.csv."),
-              _or_note(plots_cluster.node_load_figure(arms), "No per-node load samples (load) in timeseries.csv."),
-              plots_cluster.requests_per_node_figure(arms) or ""]
+    all_metrics = (
+        f"<details><summary>All summary metrics</summary>{tables.all_metrics_table(arms)}</details>"
+    )
+    latency = [
+        plots_latency.cdf_figure(arms, "ttft"),
+        plots_latency.cdf_figure(arms, "e2e"),
+        plots_latency.ttft_scatter_figure(arms),
+        "<h3>Per request class</h3>",
+        tables.tag_table(arms),
+    ]
+    queues = [
+        _or_note(plots_cluster.queue_figure(arms), "No queue samples (waiting) in timeseries.csv."),
+        _or_note(
+            plots_cluster.node_load_figure(arms),
+            "No per-node load samples (load) in timeseries.csv.",
+        ),
+        plots_cluster.requests_per_node_figure(arms) or "",
+    ]
     sections = [
         ("headline", "Headline", _headline_note(arms) + tables.headline_table(arms) + all_metrics),
-        ("gain", "Gain decomposition", plots_latency.gain_figure(arms) + tables.gain_steps_table(arms)),
+        (
+            "gain",
+            "Gain decomposition",
+            plots_latency.gain_figure(arms) + tables.gain_steps_table(arms),
+        ),
         ("latency", "Latency", "".join(latency)),
         ("memory", "KV memory", _memory_body(arms)),
         ("load", "Queues and node load", "".join(queues)),
-        ("hits", "Prefix hits", _or_note(plots_cluster.hit_rate_figure(arms), "No finished requests to measure.")),
+        (
+            "hits",
+            "Prefix hits",
+            _or_note(plots_cluster.hit_rate_figure(arms), "No finished requests to measure."),
+        ),
         *studies.study_sections(arms),
     ]
     other = studies.other_series_section(arms)
@@ -84,14 +106,24 @@ def _headline_note(arms: list[Arm]) -> str:
 def _provenance(run: Run) -> str:
     s, info = run.summary, run.run_info
     wall = info.get("wall_s")
-    items = [("run", run.label), ("directory", run.path.name.removesuffix(".partial")), ("seed", s.get("seed", "-")),
-             ("version", s.get("version", "-")), ("latency model", s.get("latency_model", "-")),
-             ("date", info.get("date", "-")), ("wall time", f"{wall:.1f} s" if isinstance(wall, int | float) else "-")]
+    items = [
+        ("run", run.label),
+        ("directory", run.path.name.removesuffix(".partial")),
+        ("seed", s.get("seed", "-")),
+        ("version", s.get("version", "-")),
+        ("latency model", s.get("latency_model", "-")),
+        ("date", info.get("date", "-")),
+        ("wall time", f"{wall:.1f} s" if isinstance(wall, int | float) else "-"),
+    ]
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in items)
     configs = [("experiment config (config.json)", run.config)] + [
-        (f"resolved config of arm {a.name}", a.config) for a in run.arms.values() if a.config]
-    det = "".join(f"<details><summary>{escape(t)}</summary><pre>{escape(json.dumps(c, indent=2, default=str))}</pre></details>"
-                  for t, c in configs if c)
+        (f"resolved config of arm {a.name}", a.config) for a in run.arms.values() if a.config
+    ]
+    det = "".join(
+        f"<details><summary>{escape(t)}</summary><pre>{escape(json.dumps(c, indent=2, default=str))}</pre></details>"
+        for t, c in configs
+        if c
+    )
     return f'<dl class="prov">{dl}</dl>{det}'
 
 
@@ -101,20 +133,31 @@ def render(runs: list[Run]) -> str:
         sections = _body_sections(arms)
     title = "kvsched report: " + ", ".join(r.label for r in runs)
     first = runs[0].summary
-    lede = (f"{len(arms)} arm(s); simulated {_duration(arms)}; latency model {first.get('latency_model', '-')}; "
-            f"seed {first.get('seed', '-')}.")
-    nav = "".join(f'<a href="#{escape(a)}">{escape(t)}</a>' for a, t, _ in sections) + '<a href="#provenance">Provenance</a>'
+    lede = (
+        f"{len(arms)} arm(s); simulated {_duration(arms)}; latency model {first.get('latency_model', '-')}; "
+        f"seed {first.get('seed', '-')}."
+    )
+    nav = (
+        "".join(f'<a href="#{escape(a)}">{escape(t)}</a>' for a, t, _ in sections)
+        + '<a href="#provenance">Provenance</a>'
+    )
     footer = "".join(f"<h3>{escape(r.label)}</h3>{_provenance(r)}" for r in runs)
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
-            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-            f'<h1>{escape(title)}</h1><p class="lede">{escape(lede)}</p><nav>{nav}</nav>'
-            + "".join(_section(*s) for s in sections)
-            + f'<footer id="provenance"><h2>Provenance</h2>{footer}</footer></body></html>\n')
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        f'<h1>{escape(title)}</h1><p class="lede">{escape(lede)}</p><nav>{nav}</nav>'
+        + "".join(_section(*s) for s in sections)
+        + f'<footer id="provenance"><h2>Provenance</h2>{footer}</footer></body></html>\n'
+    )
 
 
 def _duration(arms: list[Arm]) -> str:
-    values = {a.metrics.get("duration_s") for a in arms if isinstance(a.metrics.get("duration_s"), int | float)}
+    values = {
+        a.metrics.get("duration_s")
+        for a in arms
+        if isinstance(a.metrics.get("duration_s"), int | float)
+    }
     return " / ".join(f"{v:g} s" for v in sorted(values)) or "unknown duration"
 
 

@@ -28,7 +28,9 @@ class Arm:
     config: dict = field(default_factory=dict)
     requests: pd.DataFrame | None = None
     series: pd.DataFrame | None = None
-    evictions: pd.DataFrame | None = None  # optional evictions.csv: evicted pages by prefix position
+    evictions: pd.DataFrame | None = (
+        None  # optional evictions.csv: evicted pages by prefix position
+    )
 
 
 @dataclass(slots=True)
@@ -52,7 +54,9 @@ def read_json(path: Path, what: str, required: bool = True) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{what}: {path} is not valid JSON ({str(err).splitlines()[0]})") from None
+        raise ConfigError(
+            f"{what}: {path} is not valid JSON ({str(err).splitlines()[0]})"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{what}: {path} must hold a JSON object")
     return data
@@ -64,7 +68,9 @@ def _read_csv(path: Path, required_columns: list[str]) -> pd.DataFrame:
     try:
         frame = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError) as err:
-        raise ConfigError(f"run directory: {path} is not a readable CSV ({str(err).splitlines()[0]})") from None
+        raise ConfigError(
+            f"run directory: {path} is not a readable CSV ({str(err).splitlines()[0]})"
+        ) from None
     missing = [c for c in required_columns if c not in frame.columns]
     if missing:
         raise ConfigError(f"run directory: {path} lacks column(s) {', '.join(missing)}")
@@ -88,16 +94,27 @@ def load_run(path: str | Path, frames: bool = True) -> Run:
     arms = {}
     for name, metrics in arm_metrics.items():
         arm_dir = path / arm_dir_name(name)
-        arm = Arm(name=name, label=name, metrics=metrics if isinstance(metrics, dict) else {},
-                  config=read_json(arm_dir / "config.json", "run directory", required=False))
+        arm = Arm(
+            name=name,
+            label=name,
+            metrics=metrics if isinstance(metrics, dict) else {},
+            config=read_json(arm_dir / "config.json", "run directory", required=False),
+        )
         if frames:
             arm.requests = _read_csv(arm_dir / "requests.csv", REQUIRED_REQUEST_COLUMNS)
             arm.series = _read_csv(arm_dir / "timeseries.csv", REQUIRED_SERIES_COLUMNS)
             if (arm_dir / "evictions.csv").is_file():
-                arm.evictions = _read_csv(arm_dir / "evictions.csv", ["prefix_position_from", "evicted_pages"])
+                arm.evictions = _read_csv(
+                    arm_dir / "evictions.csv", ["prefix_position_from", "evicted_pages"]
+                )
         arms[name] = arm
-    return Run(path=path, summary=summary, config=read_json(path / "config.json", "run directory", required=False),
-               run_info=read_json(path / "run_info.json", "run directory", required=False), arms=arms)
+    return Run(
+        path=path,
+        summary=summary,
+        config=read_json(path / "config.json", "run directory", required=False),
+        run_info=read_json(path / "run_info.json", "run directory", required=False),
+        arms=arms,
+    )
 
 
 def load_runs(paths: list[str | Path], frames: bool = True) -> list[Run]:

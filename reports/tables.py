@@ -49,7 +49,10 @@ def gain_steps_table(arms: list[Arm]) -> str:
         for k in ("output_throughput", "p99_ttft_ms", "p99_e2el_ms"):
             r = ratio(arm.metrics.get(k), prev.metrics.get(k))
             cells.append("-" if r is None else _signed_ratio(r, metric(k).better))
-        a, b = number(arm.metrics.get("prefix_hit_rate")), number(prev.metrics.get("prefix_hit_rate"))
+        a, b = (
+            number(arm.metrics.get("prefix_hit_rate")),
+            number(prev.metrics.get("prefix_hit_rate")),
+        )
         cells.append("-" if a is None or b is None else _signed_points(100 * (a - b)))
         rows.append(cells)
     head = ["step", "output throughput", "P99 TTFT", "P99 E2E", "prefix hit rate"]
@@ -81,11 +84,31 @@ def tag_table(arms: list[Arm]) -> str:
             ttft = ((done.first_token_s - done.arrival_s) * 1e3).to_numpy(dtype=float)
             served = g[g.status != "failed"]
             prompt = served.prompt_tokens.sum()
-            hit = served.cached_tokens.sum() / prompt if "cached_tokens" in g.columns and prompt else None
-            rows.append([escape(arm.label), escape(tag), f"{len(g):,}", f"{len(done):,}",
-                         "-" if hit is None else f"{100 * hit:.1f}",
-                         _pct(ttft, 50), _pct(ttft, 99)])
-    head = ["arm", "request class", "requests", "finished", "prefix hit rate (%)", "P50 TTFT (ms)", "P99 TTFT (ms)"]
+            hit = (
+                served.cached_tokens.sum() / prompt
+                if "cached_tokens" in g.columns and prompt
+                else None
+            )
+            rows.append(
+                [
+                    escape(arm.label),
+                    escape(tag),
+                    f"{len(g):,}",
+                    f"{len(done):,}",
+                    "-" if hit is None else f"{100 * hit:.1f}",
+                    _pct(ttft, 50),
+                    _pct(ttft, 99),
+                ]
+            )
+    head = [
+        "arm",
+        "request class",
+        "requests",
+        "finished",
+        "prefix hit rate (%)",
+        "P50 TTFT (ms)",
+        "P99 TTFT (ms)",
+    ]
     return _table(head, rows, "tags")
 
 
@@ -96,6 +119,12 @@ def _pct(values: np.ndarray, q: float) -> str:
 def all_metrics_table(arms: list[Arm]) -> str:
     """Every key of every arm's summary, including ones no report section knows."""
     keys = list(dict.fromkeys(k for a in arms for k in a.metrics))
-    rows = [[escape(header(k)), f"<code>{escape(k)}</code>", *(escape(fmt(k, a.metrics.get(k))) for a in arms)]
-            for k in keys]
+    rows = [
+        [
+            escape(header(k)),
+            f"<code>{escape(k)}</code>",
+            *(escape(fmt(k, a.metrics.get(k))) for a in arms),
+        ]
+        for k in keys
+    ]
     return _table(["metric", "key", *(escape(a.label) for a in arms)], rows, "all")

@@ -250,6 +250,8 @@ def calibrated_latency_for(
     path = Path(directory) / gpu.calibration
     if not path.is_file():
         present = ", ".join(sorted(p.name for p in Path(directory).glob("*.json"))) or "none"
-        raise CalibrationError(f"gpu.calibration: no file {gpu.calibration!r} in kernels/calibration (present: {present})")
+        raise CalibrationError(
+            f"gpu.calibration: no file {gpu.calibration!r} in kernels/calibration (present: {present})"
+        )
     table = find_table(_load_cached(str(path), path.stat().st_mtime_ns), model, tp)
     return None if table is None else CalibratedLatency(model, gpu, tp, table)

@@ -13,11 +13,16 @@ from pathlib import Path
 from sim.config import ConfigError, load_config_file
 
 SUMMARY_COLUMNS = [
-    ("request_throughput", "req/s", "{:.2f}"), ("output_throughput", "out tok/s", "{:.0f}"),
-    ("mean_ttft_ms", "mean TTFT ms", "{:.0f}"), ("p99_ttft_ms", "P99 TTFT ms", "{:.0f}"),
-    ("p99_tpot_ms", "P99 TPOT ms", "{:.1f}"), ("prefix_hit_rate", "hit rate", "{:.1%}"),
-    ("peak_kv_bytes", "peak KV GB", "{:.0f}"), ("oom_events", "OOM", "{}"),
-    ("preemptions", "preempt", "{}"), ("completed", "done", "{}"),
+    ("request_throughput", "req/s", "{:.2f}"),
+    ("output_throughput", "out tok/s", "{:.0f}"),
+    ("mean_ttft_ms", "mean TTFT ms", "{:.0f}"),
+    ("p99_ttft_ms", "P99 TTFT ms", "{:.0f}"),
+    ("p99_tpot_ms", "P99 TPOT ms", "{:.1f}"),
+    ("prefix_hit_rate", "hit rate", "{:.1%}"),
+    ("peak_kv_bytes", "peak KV GB", "{:.0f}"),
+    ("oom_events", "OOM", "{}"),
+    ("preemptions", "preempt", "{}"),
+    ("completed", "done", "{}"),
 ]
 
 
@@ -37,14 +42,18 @@ def _fmt(key: str, value, fmt: str) -> str:
 def summary_table(summary: dict) -> str:
     arms = summary["arms"]
     head = ["arm", *(label for _, label, _ in SUMMARY_COLUMNS)]
-    rows = [[arm, *(_fmt(k, m.get(k), f) for k, _, f in SUMMARY_COLUMNS)] for arm, m in arms.items()]
+    rows = [
+        [arm, *(_fmt(k, m.get(k), f) for k, _, f in SUMMARY_COLUMNS)] for arm, m in arms.items()
+    ]
     first = next(iter(arms.values()), {})
     if len(arms) > 1 and first.get("output_throughput"):
         head.append("x thrpt")
         for row, m in zip(rows, arms.values(), strict=True):
             row.append(f"{m['output_throughput'] / first['output_throughput']:.2f}")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows]]
+    lines = [
+        "  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + f"\nlatency model: {summary.get('latency_model')}"
 
@@ -58,7 +67,9 @@ def cmd_run(args) -> int:
     if args.seed is not None:
         raw["seed"] = args.seed
     arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
-    summary = run_experiment(raw, args.out, arms, show_progress=not args.quiet, write_report=not args.no_report)
+    summary = run_experiment(
+        raw, args.out, arms, show_progress=not args.quiet, write_report=not args.no_report
+    )
     print(summary_table(summary))
     print(f"run directory: {args.out}")
     if not args.no_report:
@@ -72,7 +83,9 @@ def register(sub) -> None:
     run.add_argument("--out", default="runs/seed", help="run directory (default runs/seed)")
     run.add_argument("--duration", type=float, help="simulated seconds (overrides duration_s)")
     run.add_argument("--seed", type=int, help="random seed (overrides seed)")
-    run.add_argument("--arms", help="comma-separated arms to run (default: the config's, else the built-ins)")
+    run.add_argument(
+        "--arms", help="comma-separated arms to run (default: the config's, else the built-ins)"
+    )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
@@ -80,11 +93,15 @@ def register(sub) -> None:
 
 def _register_kernels(sub) -> None:
     """`kvsched bench` / `kvsched calibrate`: pass the rest of the line to the kernel tools."""
-    for name, func, text in [("bench", "bench_main", "Triton paged-attention micro-benchmark (GPU)"),
-                             ("calibrate", "calibrate_main", "measure the latency model's tables (GPU)")]:
+    for name, func, text in [
+        ("bench", "bench_main", "Triton paged-attention micro-benchmark (GPU)"),
+        ("calibrate", "calibrate_main", "measure the latency model's tables (GPU)"),
+    ]:
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=lambda args, f=func: getattr(importlib.import_module("kernels.cli"), f)(args.rest))
+        p.set_defaults(
+            func=lambda args, f=func: getattr(importlib.import_module("kernels.cli"), f)(args.rest)
+        )
 
 
 # Each entry is a module with `register(subparsers)`; a feature adds its subcommands there.
@@ -114,5 +131,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-

@@ -41,8 +41,16 @@ class Cluster:
         self.recorder = Recorder(cfg)
         self.nodes = [self._make_node(i) for i in range(cfg.cluster.num_nodes)]
         self.placement = make_placement(cfg, self.nodes)  # None for local_only: nothing changes
-        self.router = Router(self.env, cfg.router, make_policy("routing", cfg.policies.routing, rng), self.table,
-                             self.nodes, self.page_size, self.capacity_bytes // self.token_bytes, self.token_bytes)
+        self.router = Router(
+            self.env,
+            cfg.router,
+            make_policy("routing", cfg.policies.routing, rng),
+            self.table,
+            self.nodes,
+            self.page_size,
+            self.capacity_bytes // self.token_bytes,
+            self.token_bytes,
+        )
         self._failures_in_a_row = 0  # closed loop: consecutive requests that can never fit
         self.sequences: list[Sequence] = []
 
@@ -112,7 +120,9 @@ class Cluster:
         """Route one request to a node (or fail it at once if it can never be served)."""
         now = self.env.now
         keys = page_keys(req.prompt, self.page_size, self.cfg.cache.hash_bits)
-        seq = Sequence(req=req, keys=keys, arrival_s=now if req.arrival_s is None else req.arrival_s)
+        seq = Sequence(
+            req=req, keys=keys, arrival_s=now if req.arrival_s is None else req.arrival_s
+        )
         self.sequences.append(seq)
         if not self._can_ever_fit(seq):
             seq.status = Status.FAILED

@@ -91,7 +91,9 @@ class NodeConfig(Strict):
         # A node is one engine: one tensor-parallel group with one KV pool, one scheduler and one
         # latency model. Data parallelism is more nodes (cluster.num_nodes), each with its own cache.
         if self.num_gpus != self.tp:
-            raise ValueError(f"num_gpus={self.num_gpus} must equal tp={self.tp} (data parallel: add nodes)")
+            raise ValueError(
+                f"num_gpus={self.num_gpus} must equal tp={self.tp} (data parallel: add nodes)"
+            )
         return self
 
 
@@ -186,7 +188,9 @@ class PlacementConfig(Strict):
     policy: Literal["local_only", "spill", "shard"] = "local_only"
     shard_nodes: int = Field(default=2, gt=0)  # shard: stripe over this many nodes (owner included)
     stripe_pages: int = Field(default=64, gt=0)  # shard: consecutive pages per node per stripe
-    min_prompt_tokens: int = Field(default=0, ge=0)  # only prompts at least this long leave the node
+    min_prompt_tokens: int = Field(
+        default=0, ge=0
+    )  # only prompts at least this long leave the node
 
 
 class ExperimentConfig(Strict):
@@ -196,7 +200,9 @@ class ExperimentConfig(Strict):
     # Sample per-node time series every this many simulated seconds.
     sample_interval_s: float = Field(default=1.0, gt=0)
     workload: WorkloadConfig = WorkloadConfig()
-    model: ModelConfig = Field(default="article-70b", validate_default=True)  # a preset name or shapes
+    model: ModelConfig = Field(
+        default="article-70b", validate_default=True
+    )  # a preset name or shapes
     gpu: GpuConfig = Field(default="h200", validate_default=True)
     node: NodeConfig = NodeConfig()
     cluster: ClusterConfig = ClusterConfig()
@@ -213,8 +219,10 @@ class ExperimentConfig(Strict):
         cluster = info.data.get("cluster")
         need = single_page_entry_bytes(cluster.num_nodes - 1 if cluster else 0)
         if v.link.max_message_bytes < need:
-            raise ValueError(f"link.max_message_bytes={v.link.max_message_bytes} cannot hold one page's "
-                             f"index entry ({need} bytes)")
+            raise ValueError(
+                f"link.max_message_bytes={v.link.max_message_bytes} cannot hold one page's "
+                f"index entry ({need} bytes)"
+            )
         return v
 
     @field_validator("placement")
@@ -222,8 +230,10 @@ class ExperimentConfig(Strict):
     def _placement_fits(cls, v: PlacementConfig, info: ValidationInfo) -> PlacementConfig:
         cluster, cache = info.data.get("cluster"), info.data.get("cache")
         if cluster and v.policy == "shard" and v.shard_nodes > cluster.num_nodes:
-            raise ValueError(f"shard_nodes={v.shard_nodes} is larger than the cluster "
-                             f"(cluster.num_nodes={cluster.num_nodes})")
+            raise ValueError(
+                f"shard_nodes={v.shard_nodes} is larger than the cluster "
+                f"(cluster.num_nodes={cluster.num_nodes})"
+            )
         if cache and v.policy != "local_only" and cache.mechanism != "paged":
             raise ValueError(f"policy={v.policy} needs cache.mechanism=paged")
         return v
@@ -251,7 +261,9 @@ class ExperimentConfig(Strict):
         # A page must be a whole number of 256-byte GPU access granules on each GPU (per layer,
         # per K or V, per TP shard), as the article requires.
         per_layer = self.cache.page_size * self.model.num_kv_heads * self.model.head_dim
-        shard_bytes = per_layer * self.model.dtype_bytes // max(1, min(self.node.tp, self.model.num_kv_heads))
+        shard_bytes = (
+            per_layer * self.model.dtype_bytes // max(1, min(self.node.tp, self.model.num_kv_heads))
+        )
         if self.cache.mechanism == "paged" and shard_bytes % 256:
             raise ValueError(
                 f"cache.page_size={self.cache.page_size} gives {shard_bytes} bytes per page per layer "
@@ -290,7 +302,11 @@ def deep_merge(base: dict, override: dict) -> dict:
     out = dict(base)
     for key, value in override.items():
         old = out.get(key)
-        renamed = isinstance(value, dict) and isinstance(old, dict) and value.get("name", old.get("name")) != old.get("name")
+        renamed = (
+            isinstance(value, dict)
+            and isinstance(old, dict)
+            and value.get("name", old.get("name")) != old.get("name")
+        )
         if isinstance(value, dict) and isinstance(old, dict) and not renamed:
             out[key] = deep_merge(out[key], value)
         else:
@@ -321,7 +337,11 @@ def load_config_file(path: str | Path) -> dict:
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}".splitlines()[0]) from None
+        raise ConfigError(
+            f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}".splitlines()[
+                0
+            ]
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -33,15 +33,24 @@ from workloads.registry import make_workload
 _ROUND_ROBIN = {"routing": {"name": "round_robin", "params": {}}}
 BUILTIN_ARMS: dict[str, dict] = {
     # The article's baseline: contiguous max-length reservation, no reuse, cache-blind routing.
-    "openclaw": {"cache": {"mechanism": "contiguous", "prefix_cache": False}, "policies": _ROUND_ROBIN},
+    "openclaw": {
+        "cache": {"mechanism": "contiguous", "prefix_cache": False},
+        "policies": _ROUND_ROBIN,
+    },
     "paged": {"cache": {"mechanism": "paged", "prefix_cache": False}, "policies": _ROUND_ROBIN},
-    "paged+prefix": {"cache": {"mechanism": "paged", "prefix_cache": True}, "policies": _ROUND_ROBIN},
+    "paged+prefix": {
+        "cache": {"mechanism": "paged", "prefix_cache": True},
+        "policies": _ROUND_ROBIN,
+    },
     # The engine: paged + prefix cache + same-prefix-same-node routing with the 90% load fallback,
     # scored eviction + protected zone + admission threshold (docs/cache.md).
     "engine": {
         "cache": {"mechanism": "paged", "prefix_cache": True, "protected_zone": True},
-        "policies": {"routing": {"name": "prefix_affinity", "params": {}}, "eviction": {"name": "scored"},
-                     "admission": {"name": "threshold"}},
+        "policies": {
+            "routing": {"name": "prefix_affinity", "params": {}},
+            "eviction": {"name": "scored"},
+            "admission": {"name": "threshold"},
+        },
     },
 }
 
@@ -74,11 +83,20 @@ def _check_names(cfg: ExperimentConfig, source: str) -> None:
         raise ConfigError(f"{source}: {err}") from None
 
 
-def run_arm(cfg: ExperimentConfig, arm: str, show_progress: bool = True) -> tuple[Cluster, dict, object, object]:
-    workload = make_workload(cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0]))
+def run_arm(
+    cfg: ExperimentConfig, arm: str, show_progress: bool = True
+) -> tuple[Cluster, dict, object, object]:
+    workload = make_workload(
+        cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
+    )
     cluster = Cluster(cfg, workload, np.random.default_rng([cfg.seed, 1]))
-    bar = tqdm(total=cfg.duration_s, desc=f"{arm:>14}", unit="sim-s", disable=not show_progress,
-               bar_format="{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} sim-s [{elapsed}<{remaining}]")
+    bar = tqdm(
+        total=cfg.duration_s,
+        desc=f"{arm:>14}",
+        unit="sim-s",
+        disable=not show_progress,
+        bar_format="{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} sim-s [{elapsed}<{remaining}]",
+    )
 
     def progress(t: float) -> None:
         bar.update(t - bar.n)
@@ -90,8 +108,13 @@ def run_arm(cfg: ExperimentConfig, arm: str, show_progress: bool = True) -> tupl
     return cluster, summarize(requests, series, cluster), requests, series
 
 
-def run_experiment(raw: dict, out_dir: str | Path, arms: list[str] | None = None,
-                   show_progress: bool = True, write_report: bool = True) -> dict:
+def run_experiment(
+    raw: dict,
+    out_dir: str | Path,
+    arms: list[str] | None = None,
+    show_progress: bool = True,
+    write_report: bool = True,
+) -> dict:
     configs = resolve_arms(raw, arms)
     out_dir = check_out_dir(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
@@ -114,13 +137,19 @@ def run_experiment(raw: dict, out_dir: str | Path, arms: list[str] | None = None
             summary.setdefault("latency_models", {})[arm] = cluster.latency.name
         models = sorted(set(summary["latency_models"].values()))
         summary["latency_model"] = models[0] if len(models) == 1 else "mixed: " + ", ".join(models)
-        summary.update(seed=next(iter(configs.values())).seed, name=next(iter(configs.values())).name,
-                       version=__version__)
+        summary.update(
+            seed=next(iter(configs.values())).seed,
+            name=next(iter(configs.values())).name,
+            version=__version__,
+        )
         _write_json(tmp / "summary.json", summary)
-        _write_json(tmp / "run_info.json", {
-            "wall_s": round(time.perf_counter() - started, 3),
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        })
+        _write_json(
+            tmp / "run_info.json",
+            {
+                "wall_s": round(time.perf_counter() - started, 3),
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            },
+        )
         if write_report:
             from reports.html import write_report as _write_report
 
@@ -139,7 +168,9 @@ def check_out_dir(path: str | Path) -> Path:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out: {path} is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "summary.json").is_file():
-        raise ConfigError(f"--out: {path} exists and is not a kvsched run directory; choose a new path")
+        raise ConfigError(
+            f"--out: {path} exists and is not a kvsched run directory; choose a new path"
+        )
     if out.parent == out:
         raise ConfigError(f"--out: {path} is the filesystem root")
     return out

@@ -46,12 +46,18 @@ class RooflineLatency:
     def __init__(self, model: ModelConfig, gpu: GpuConfig, tp: int):
         self.model, self.gpu, self.tp = model, gpu, tp
         h = model.hidden_size
-        attn_proj = h * model.num_q_heads * model.head_dim * 2 + 2 * h * model.num_kv_heads * model.head_dim
-        self.linear_params_per_gpu = model.num_layers * (attn_proj + 3 * h * model.intermediate_size) / tp
+        attn_proj = (
+            h * model.num_q_heads * model.head_dim * 2 + 2 * h * model.num_kv_heads * model.head_dim
+        )
+        self.linear_params_per_gpu = (
+            model.num_layers * (attn_proj + 3 * h * model.intermediate_size) / tp
+        )
         self.lm_head_params_per_gpu = model.vocab_size * h / tp
         self.kv_bytes_per_token_per_gpu = model.kv_bytes_per_token / tp
         # Per query token per context token per layer: QK^T and PV, 2 FLOPs per MAC, all heads.
-        self.attn_flops_per_pair_per_gpu = 4 * model.num_q_heads * model.head_dim * model.num_layers / tp
+        self.attn_flops_per_pair_per_gpu = (
+            4 * model.num_q_heads * model.head_dim * model.num_layers / tp
+        )
 
     def step_time_s(self, plan: StepPlan) -> float:
         return self.linear_s(plan) + self.attention_s(plan) + self.allreduce_s(plan.num_tokens)
@@ -60,11 +66,15 @@ class RooflineLatency:
         tokens = plan.num_tokens
         num_logits = int(plan.prefill_new.shape[0]) + int(plan.decode_ctx.shape[0])
         flops = 2 * (self.linear_params_per_gpu * tokens + self.lm_head_params_per_gpu * num_logits)
-        weight_bytes = (self.linear_params_per_gpu + self.lm_head_params_per_gpu) * self.model.dtype_bytes
+        weight_bytes = (
+            self.linear_params_per_gpu + self.lm_head_params_per_gpu
+        ) * self.model.dtype_bytes
         return max(flops / self.gpu.bf16_flops_per_s, weight_bytes / self.gpu.hbm_bytes_per_s)
 
     def attention_s(self, plan: StepPlan) -> float:
-        kv_tokens_read = float(plan.decode_ctx.sum() + plan.prefill_ctx.sum() + plan.prefill_new.sum())
+        kv_tokens_read = float(
+            plan.decode_ctx.sum() + plan.prefill_ctx.sum() + plan.prefill_new.sum()
+        )
         read_s = kv_tokens_read * self.kv_bytes_per_token_per_gpu / self.gpu.hbm_bytes_per_s
         new = plan.prefill_new.astype(np.float64)
         # Causal prefill: each new token attends to the context plus, on average, half the chunk.

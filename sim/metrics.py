@@ -20,15 +20,42 @@ if TYPE_CHECKING:
     from sim.config import ExperimentConfig
 
 REQUEST_COLUMNS = [
-    "request_id", "arm", "node", "tag", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
-    "cached_tokens", "output_tokens", "preemptions", "false_hits", "wrong_reuse_tokens", "status",
-    "routed_s", "use_after_free",
+    "request_id",
+    "arm",
+    "node",
+    "tag",
+    "arrival_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "preemptions",
+    "false_hits",
+    "wrong_reuse_tokens",
+    "status",
+    "routed_s",
+    "use_after_free",
 ]
 SERIES_COLUMNS = [
-    "time_s", "node", "kv_capacity_bytes", "kv_pool_bytes", "kv_allocated_bytes", "kv_live_bytes",
-    "kv_cached_bytes", "kv_retired_bytes", "kv_fragmentation_bytes", "waiting", "running", "load",
+    "time_s",
+    "node",
+    "kv_capacity_bytes",
+    "kv_pool_bytes",
+    "kv_allocated_bytes",
+    "kv_live_bytes",
+    "kv_cached_bytes",
+    "kv_retired_bytes",
+    "kv_fragmentation_bytes",
+    "waiting",
+    "running",
+    "load",
     # KV cache engine (sim/kv/): counts are cumulative per node, the rest are gauges
-    "kv_internal_frag_bytes", "index_overhead_bytes", "protected_pages", "evicted_pages", "use_after_free",
+    "kv_internal_frag_bytes",
+    "index_overhead_bytes",
+    "protected_pages",
+    "evicted_pages",
+    "use_after_free",
 ]
 
 
@@ -46,24 +73,59 @@ class Recorder:
         for node in cluster.nodes:
             u = node.kv.usage()
             tb = cluster.token_bytes
-            load = node_load(u.allocated_bytes // tb, node.waiting_prompt_tokens, u.capacity_bytes // tb,
-                             len(node.waiting) + len(node.running), node.cfg.max_num_seqs)
-            self.rows.append((
-                now, node.node_id, u.capacity_bytes, u.pool_bytes, u.allocated_bytes, u.live_bytes,
-                u.cached_bytes, u.retired_bytes, u.fragmentation_bytes, len(node.waiting),
-                len(node.running), load, u.internal_frag_bytes, u.index_bytes, *_cache_counters(node.kv),
-            ))
+            load = node_load(
+                u.allocated_bytes // tb,
+                node.waiting_prompt_tokens,
+                u.capacity_bytes // tb,
+                len(node.waiting) + len(node.running),
+                node.cfg.max_num_seqs,
+            )
+            self.rows.append(
+                (
+                    now,
+                    node.node_id,
+                    u.capacity_bytes,
+                    u.pool_bytes,
+                    u.allocated_bytes,
+                    u.live_bytes,
+                    u.cached_bytes,
+                    u.retired_bytes,
+                    u.fragmentation_bytes,
+                    len(node.waiting),
+                    len(node.running),
+                    load,
+                    u.internal_frag_bytes,
+                    u.index_bytes,
+                    *_cache_counters(node.kv),
+                )
+            )
 
     def series(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=SERIES_COLUMNS)
 
 
 def request_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
-    rows = [(
-        s.req.request_id, arm, s.node, s.req.tag, s.arrival_s, s.first_token_s, s.finish_s,
-        s.prompt_tokens, s.cached_tokens, s.num_generated, s.preemptions, s.false_hits,
-        s.wrong_reuse_tokens, s.status.value, s.routed_s, s.use_after_free,
-    ) for s in cluster.sequences]
+    rows = [
+        (
+            s.req.request_id,
+            arm,
+            s.node,
+            s.req.tag,
+            s.arrival_s,
+            s.first_token_s,
+            s.finish_s,
+            s.prompt_tokens,
+            s.cached_tokens,
+            s.num_generated,
+            s.preemptions,
+            s.false_hits,
+            s.wrong_reuse_tokens,
+            s.status.value,
+            s.routed_s,
+            s.use_after_free,
+        )
+        for s in cluster.sequences
+    ]
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
 
@@ -78,12 +140,17 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
     ttft = ((done.first_token_s - done.arrival_s) * 1e3).to_numpy()
     e2el = ((done.finish_s - done.arrival_s) * 1e3).to_numpy()
     decode_tokens = (done.output_tokens - 1).clip(lower=1)
-    tpot = ((done.finish_s - done.first_token_s) * 1e3 / decode_tokens)[done.output_tokens > 1].to_numpy()
+    tpot = ((done.finish_s - done.first_token_s) * 1e3 / decode_tokens)[
+        done.output_tokens > 1
+    ].to_numpy()
     prompt_tokens = int(done.prompt_tokens.sum())
-    per_time = series.groupby("time_s")[["kv_pool_bytes", "kv_allocated_bytes", "kv_cached_bytes",
-                                         "kv_retired_bytes"]].sum()
+    per_time = series.groupby("time_s")[
+        ["kv_pool_bytes", "kv_allocated_bytes", "kv_cached_bytes", "kv_retired_bytes"]
+    ].sum()
     if cluster.cfg.cache.mechanism == "contiguous":
-        held = per_time.kv_pool_bytes  # the grown segments, holes included: no one else can use them
+        held = (
+            per_time.kv_pool_bytes
+        )  # the grown segments, holes included: no one else can use them
     else:
         held = per_time.kv_allocated_bytes + per_time.kv_retired_bytes  # cached pages are evictable
     allocated = series.kv_allocated_bytes.sum()
@@ -96,7 +163,8 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "duration_s": duration,
         "request_throughput": len(done) / duration,
         "output_throughput": float(done.output_tokens.sum()) / duration,
-        "total_token_throughput": float(done.output_tokens.sum() + done.prompt_tokens.sum()) / duration,
+        "total_token_throughput": float(done.output_tokens.sum() + done.prompt_tokens.sum())
+        / duration,
         "mean_ttft_ms": float(ttft.mean()) if ttft.size else math.nan,
         "p50_ttft_ms": _pct(ttft, 50),
         "p99_ttft_ms": _pct(ttft, 99),
@@ -107,7 +175,9 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "p50_e2el_ms": _pct(e2el, 50),
         "p99_e2el_ms": _pct(e2el, 99),
         # Over completed requests (their prompt tokens served from the cache / their prompt tokens).
-        "prefix_hit_rate": float(done.cached_tokens.sum()) / prompt_tokens if prompt_tokens else 0.0,
+        "prefix_hit_rate": float(done.cached_tokens.sum()) / prompt_tokens
+        if prompt_tokens
+        else 0.0,
         # KV memory that could not be handed to a new request without evicting, all nodes.
         "peak_kv_bytes": int(held.max()) if len(held) else 0,
         "peak_cached_kv_bytes": int(per_time.kv_cached_bytes.max()) if len(per_time) else 0,
@@ -137,17 +207,22 @@ def _cache_counters(kv) -> tuple[int, int, int]:
 
 def _cache_engine(series: pd.DataFrame, caches: list) -> dict:
     """The KV engine's own metrics: sums over nodes; gauges are taken over the sample times."""
-    per_time = series.groupby("time_s")[["kv_internal_frag_bytes", "index_overhead_bytes",
-                                         "protected_pages", "kv_retired_bytes"]].sum()
+    per_time = series.groupby("time_s")[
+        ["kv_internal_frag_bytes", "index_overhead_bytes", "protected_pages", "kv_retired_bytes"]
+    ].sum()
     empty = per_time.empty
     return {
         "use_after_free": int(sum(c.pool.use_after_free for c in caches)),
         "protected_pages": 0 if empty else int(per_time.protected_pages.max()),  # peak, all nodes
-        "internal_fragmentation_bytes": 0.0 if empty else float(per_time.kv_internal_frag_bytes.mean()),
+        "internal_fragmentation_bytes": 0.0
+        if empty
+        else float(per_time.kv_internal_frag_bytes.mean()),
         "index_overhead_bytes": 0 if empty else int(per_time.index_overhead_bytes.max()),  # peak
         # What epoch reclamation holds back: retired pages waiting for their readers (all nodes).
         "mean_retired_kv_bytes": 0.0 if empty else float(per_time.kv_retired_bytes.mean()),
-        "peak_retired_kv_bytes": max((c.pool.peak_retired * c.pool.page_bytes for c in caches), default=0),
+        "peak_retired_kv_bytes": max(
+            (c.pool.peak_retired * c.pool.page_bytes for c in caches), default=0
+        ),
     }
 
 
@@ -166,7 +241,9 @@ def _routing_balance(requests: pd.DataFrame, series: pd.DataFrame, cluster: Clus
         "load_imbalance": _ratio_max_mean(series.groupby("node").load.mean().to_numpy()),
         # max / mean over nodes of the share of time spent computing steps
         "busy_imbalance": _ratio_max_mean(np.array([n.busy_s for n in cluster.nodes])),
-        "max_node_request_share": float(per_node.max() / per_node.sum()) if per_node.sum() else math.nan,
+        "max_node_request_share": float(per_node.max() / per_node.sum())
+        if per_node.sum()
+        else math.nan,
         "mean_router_wait_ms": float(wait_ms.mean()) if wait_ms.size else math.nan,
         "p99_router_wait_ms": _pct(wait_ms, 99),
         # share of the router's lane-seconds spent deciding (1.0 = saturated)
@@ -200,5 +277,9 @@ def eviction_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
             start = 0 if first == 0 else 1 << (first.bit_length() - 1)
             per_bucket[start] = per_bucket.get(start, 0) + int(counts[depth])
         for start in sorted(per_bucket):
-            rows.append((arm, node.node_id, start, page if start == 0 else 2 * start, per_bucket[start]))
-    return pd.DataFrame(rows, columns=["arm", "node", "prefix_position_from", "prefix_position_to", "evicted_pages"])
+            rows.append(
+                (arm, node.node_id, start, page if start == 0 else 2 * start, per_bucket[start])
+            )
+    return pd.DataFrame(
+        rows, columns=["arm", "node", "prefix_position_from", "prefix_position_to", "evicted_pages"]
+    )

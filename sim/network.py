@@ -138,21 +138,34 @@ class Network:
         if self.cfg.mode == "naive":
             return 0.0
         link, worst = self.cfg.link, 0.0
-        per_message = self.cfg.kernel_message_s if self.cfg.mode == "batched_async" else self.cfg.rdma_post_s
+        per_message = (
+            self.cfg.kernel_message_s if self.cfg.mode == "batched_async" else self.cfg.rdma_post_s
+        )
         for nbytes in index_bytes.values():
             num = math.ceil(nbytes / link.max_message_bytes)
-            worst = max(worst, num * (2 * link.latency_s + per_message) + nbytes / link.bandwidth_bytes_per_s)
+            worst = max(
+                worst,
+                num * (2 * link.latency_s + per_message) + nbytes / link.bandwidth_bytes_per_s,
+            )
         return worst
 
     def index_bytes(self, reads: dict[int, Flow], writes: dict[int, Flow]) -> dict[int, int]:
         """Encoded page index per peer (the codec's bytes); none in naive mode."""
         if self.cfg.mode == "naive":
             return {}
-        return {p: encoded_size({p: np.concatenate([f[0] for f in (reads.get(p), writes.get(p)) if f is not None])})
-                for p in sorted({*reads, *writes})}
+        return {
+            p: encoded_size(
+                {p: np.concatenate([f[0] for f in (reads.get(p), writes.get(p)) if f is not None])}
+            )
+            for p in sorted({*reads, *writes})
+        }
 
-    def price(self, reads: dict[int, Flow], writes: dict[int, Flow],
-              index_bytes: dict[int, int] | None = None) -> Cost:
+    def price(
+        self,
+        reads: dict[int, Flow],
+        writes: dict[int, Flow],
+        index_bytes: dict[int, int] | None = None,
+    ) -> Cost:
         """What moving these pages costs on an idle network (per lane; lanes run in parallel).
         `index_bytes` (per peer) may come precomputed from the caller's cache."""
         cfg, link = self.cfg, self.cfg.link
@@ -167,20 +180,39 @@ class Network:
         wire_s = max(read_b, write_b) / link.bandwidth_bytes_per_s  # full duplex
         if cfg.mode == "naive":  # synchronous: each slice waits for its round trip
             message_s = n_msg * (2 * link.latency_s + cfg.kernel_message_s)
-            byte_s = (read_b + write_b) / min(cfg.kernel_copy_bytes_per_s, link.bandwidth_bytes_per_s)
+            byte_s = (read_b + write_b) / min(
+                cfg.kernel_copy_bytes_per_s, link.bandwidth_bytes_per_s
+            )
             data_s = message_s + byte_s
-        elif cfg.mode == "batched_async":  # pipelined: one core's CPU work or the wire, whichever is longer
+        elif (
+            cfg.mode == "batched_async"
+        ):  # pipelined: one core's CPU work or the wire, whichever is longer
             message_s = n_msg * cfg.kernel_message_s
             byte_s = (read_b + write_b) / cfg.kernel_copy_bytes_per_s
             data_s = link.latency_s + max(message_s + byte_s, wire_s)
         else:  # rdma: the NIC moves the bytes; the CPU only posts work requests
             message_s, byte_s = n_msg * cfg.rdma_post_s, wire_s
             data_s = link.latency_s + max(message_s, wire_s)
-        return Cost(hs_s, message_s, byte_s, data_s, wire_s, n_msg, sum(index_bytes.values()),
-                    read_b * self.lanes, write_b * self.lanes)
+        return Cost(
+            hs_s,
+            message_s,
+            byte_s,
+            data_s,
+            wire_s,
+            n_msg,
+            sum(index_bytes.values()),
+            read_b * self.lanes,
+            write_b * self.lanes,
+        )
 
-    def transfer(self, reader: int, reads: dict[int, Flow], writes: dict[int, Flow], now: float,
-                 index_bytes: dict[int, int] | None = None) -> float:
+    def transfer(
+        self,
+        reader: int,
+        reads: dict[int, Flow],
+        writes: dict[int, Flow],
+        now: float,
+        index_bytes: dict[int, int] | None = None,
+    ) -> float:
         """Seconds before a step on `reader` may start: fetch `reads`, push `writes`."""
         cost = self.last_cost = self.price(reads, writes, index_bytes)
         wait_s = self._reserve(reader, reads, writes, now + cost.handshake_s)
@@ -200,27 +232,45 @@ class Network:
         return total
 
     # -- ports ---------------------------------------------------------------------------------
-    def _reserve(self, reader: int, reads: dict[int, Flow], writes: dict[int, Flow], ready_s: float) -> float:
+    def _reserve(
+        self, reader: int, reads: dict[int, Flow], writes: dict[int, Flow], ready_s: float
+    ) -> float:
         """FIFO: start when every port involved is free; hold each for its bytes' wire time."""
         bw = self.cfg.link.bandwidth_bytes_per_s * self.lanes
         me = self.ports[reader]
-        start = max([ready_s]
-                    + ([me.rx_free_s] if reads else []) + ([me.tx_free_s] if writes else [])
-                    + [self.ports[p].tx_free_s for p in reads] + [self.ports[p].rx_free_s for p in writes])
+        start = max(
+            [ready_s]
+            + ([me.rx_free_s] if reads else [])
+            + ([me.tx_free_s] if writes else [])
+            + [self.ports[p].tx_free_s for p in reads]
+            + [self.ports[p].rx_free_s for p in writes]
+        )
         for peers, inbound in ((reads, True), (writes, False)):
             total = 0.0
             for p, (_, tokens) in peers.items():
                 nbytes = tokens * self.token_bytes
                 port = self.ports[p]
                 if inbound:
-                    port.tx_free_s, port.tx_bytes = max(port.tx_free_s, start + nbytes / bw), port.tx_bytes + nbytes
+                    port.tx_free_s, port.tx_bytes = (
+                        max(port.tx_free_s, start + nbytes / bw),
+                        port.tx_bytes + nbytes,
+                    )
                 else:
-                    port.rx_free_s, port.rx_bytes = max(port.rx_free_s, start + nbytes / bw), port.rx_bytes + nbytes
+                    port.rx_free_s, port.rx_bytes = (
+                        max(port.rx_free_s, start + nbytes / bw),
+                        port.rx_bytes + nbytes,
+                    )
                 total += nbytes
             if inbound and peers:
-                me.rx_free_s, me.rx_bytes = max(me.rx_free_s, start + total / bw), me.rx_bytes + total
+                me.rx_free_s, me.rx_bytes = (
+                    max(me.rx_free_s, start + total / bw),
+                    me.rx_bytes + total,
+                )
             elif peers:
-                me.tx_free_s, me.tx_bytes = max(me.tx_free_s, start + total / bw), me.tx_bytes + total
+                me.tx_free_s, me.tx_bytes = (
+                    max(me.tx_free_s, start + total / bw),
+                    me.tx_bytes + total,
+                )
         return start - ready_s
 
     def utilization(self, duration_s: float) -> np.ndarray:

@@ -21,8 +21,15 @@ from sim.sequence import Sequence, Status
 
 
 class Node:
-    def __init__(self, env: simpy.Environment, node_id: int, cfg: NodeConfig, kv, latency: LatencyModel,
-                 on_finish: Callable[[Sequence], None]):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        node_id: int,
+        cfg: NodeConfig,
+        kv,
+        latency: LatencyModel,
+        on_finish: Callable[[Sequence], None],
+    ):
         self.env = env
         self.node_id = node_id
         self.cfg = cfg
@@ -37,7 +44,9 @@ class Node:
         self.waiting_prompt_tokens = 0  # prompt tokens of the queued requests (the router reads it)
         self._wakeup = env.event()
         self.headroom_tokens = int(cfg.admission_watermark * kv.capacity_tokens())
-        self.remote: Callable[[list, float], float] | None = None  # sim/placement.py: remote KV fetch
+        self.remote: Callable[[list, float], float] | None = (
+            None  # sim/placement.py: remote KV fetch
+        )
         self.process = env.process(self.serve())
 
     # -- what the router sees ----------------------------------------------------------------
@@ -146,9 +155,11 @@ class Node:
         prefill_new = [n for _, n, pre in batch if pre]
         prefill_ctx = [s.num_computed for s, _, pre in batch if pre]
         decode = [s.num_computed + 1 for s, _, pre in batch if not pre]
-        return StepPlan(prefill_new=np.array(prefill_new, dtype=np.int64),
-                        prefill_ctx=np.array(prefill_ctx, dtype=np.int64),
-                        decode_ctx=np.array(decode, dtype=np.int64))
+        return StepPlan(
+            prefill_new=np.array(prefill_new, dtype=np.int64),
+            prefill_ctx=np.array(prefill_ctx, dtype=np.int64),
+            decode_ctx=np.array(decode, dtype=np.int64),
+        )
 
     def apply(self, batch: list[tuple[Sequence, int, bool]]) -> None:
         now = self.env.now

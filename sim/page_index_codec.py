@@ -79,7 +79,8 @@ def _chunk_plan(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     gap = np.where(np.isin(r, starts), off[r], off[r] - off[np.maximum(r - 1, 0)] - 2)
     first_run = np.searchsorted(r, starts)
     runs = varint_sizes(np.diff(np.r_[first_run, r.shape[0]]) - 1) + np.add.reduceat(
-        varint_sizes(gap) + varint_sizes(run_len - 1), first_run)
+        varint_sizes(gap) + varint_sizes(run_len - 1), first_run
+    )
     sizes = np.stack([bitmap, runs, listed])  # [3, num_chunks]
     kind = sizes.argmin(axis=0)  # argmin keeps the first minimum: the documented tie order
     chunk_no = chunk[starts]
@@ -206,7 +207,9 @@ class _Reader:
 def _get_chunk(r: _Reader, kind: int) -> list[int]:
     if kind == BITMAP:
         lo, nbits = r.varint(), r.varint() + 1
-        bits = np.unpackbits(np.frombuffer(r.take((nbits + 7) // 8), dtype=np.uint8), bitorder="little")
+        bits = np.unpackbits(
+            np.frombuffer(r.take((nbits + 7) // 8), dtype=np.uint8), bitorder="little"
+        )
         return (np.flatnonzero(bits[:nbits]) + lo).tolist()
     if kind == RUNS:
         offsets: list[int] = []

@@ -54,7 +54,10 @@ class PageTraffic:
         nodes, pages = rec.as_arrays()
         pos = lead + np.arange(nodes.shape[0])  # logical page of each tail entry
         read_end = int(np.clip(-(-ctx // ps) - lead, 0, nodes.shape[0]))
-        w0, w1 = max(0, ctx // ps - lead), int(np.clip(-(-(ctx + n) // ps) - lead, 0, nodes.shape[0]))
+        w0, w1 = (
+            max(0, ctx // ps - lead),
+            int(np.clip(-(-(ctx + n) // ps) - lead, 0, nodes.shape[0])),
+        )
         read_tok = np.minimum(ps, ctx - pos[:read_end] * ps)
         write_tok = np.minimum((pos[w0:w1] + 1) * ps, ctx + n) - np.maximum(pos[w0:w1] * ps, ctx)
         for peer in rec.peers:
@@ -80,15 +83,25 @@ class PageTraffic:
         t = self.network.totals
         util = self.network.utilization(duration_s)
         return {
-            "network_bytes": t.read_bytes + t.write_bytes, "network_read_bytes": t.read_bytes,
-            "network_write_bytes": t.write_bytes, "network_messages": t.messages,
-            "network_index_bytes": t.index_bytes, "network_transfers": t.num_transfers,
-            "network_transfer_s": t.transfer_s, "network_wire_s": t.wire_s,
-            "network_message_s": t.message_s, "network_byte_s": t.byte_s,
-            "network_handshake_s": t.handshake_s, "network_wait_s": t.wait_s,
-            "link_utilization_mean": float(util.mean()), "link_utilization_max": float(util.max()),
+            "network_bytes": t.read_bytes + t.write_bytes,
+            "network_read_bytes": t.read_bytes,
+            "network_write_bytes": t.write_bytes,
+            "network_messages": t.messages,
+            "network_index_bytes": t.index_bytes,
+            "network_transfers": t.num_transfers,
+            "network_transfer_s": t.transfer_s,
+            "network_wire_s": t.wire_s,
+            "network_message_s": t.message_s,
+            "network_byte_s": t.byte_s,
+            "network_handshake_s": t.handshake_s,
+            "network_wait_s": t.wait_s,
+            "link_utilization_mean": float(util.mean()),
+            "link_utilization_max": float(util.max()),
         }
 
 
 def _merge(flows: dict[int, list[Flow]]) -> dict[int, Flow]:
-    return {p: (np.concatenate([f[0] for f in fs]), sum(f[1] for f in fs)) for p, fs in sorted(flows.items())}
+    return {
+        p: (np.concatenate([f[0] for f in fs]), sum(f[1] for f in fs))
+        for p, fs in sorted(flows.items())
+    }

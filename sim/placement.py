@@ -56,7 +56,10 @@ class Record:
 
     def as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if self.arrays is None or self.arrays[0].shape[0] != len(self.nodes):
-            self.arrays = (np.array(self.nodes, dtype=np.int64), np.array(self.pages, dtype=np.int64))
+            self.arrays = (
+                np.array(self.nodes, dtype=np.int64),
+                np.array(self.pages, dtype=np.int64),
+            )
         return self.arrays
 
 
@@ -68,10 +71,13 @@ class Placement:
         self.page_size = cfg.cache.page_size
         self.token_bytes = cfg.model.kv_bytes_per_token
         # Keep the node's admission headroom (sim/node.py's watermark) out of reach of placement.
-        self.reserve_pages = -(-int(cfg.node.admission_watermark * self.kvs[0].capacity_tokens()) // self.page_size)
+        self.reserve_pages = -(
+            -int(cfg.node.admission_watermark * self.kvs[0].capacity_tokens()) // self.page_size
+        )
         lanes = min(cfg.node.tp, cfg.network.nics_per_node or cfg.node.num_gpus)
-        self.network = Network(cfg.network, len(nodes), lanes, self.page_size, self.token_bytes,
-                               cfg.model.num_layers)
+        self.network = Network(
+            cfg.network, len(nodes), lanes, self.page_size, self.token_bytes, cfg.model.num_layers
+        )
         self.records: dict[Sequence, Record] = {}
         self.traffic = PageTraffic(self.page_size, self.network, self.records)
         self.out_pages = [0] * len(nodes)  # pages of this node's requests held by peers
@@ -83,7 +89,9 @@ class Placement:
         self._to_wake: set[int] = set()
         self._waking = False
         self.remote_requests: set[int] = set()  # request ids that ever held a page on a peer
-        self.decode_totals = np.zeros(3)  # finished placed requests: decode steps, transfer s, wire s
+        self.decode_totals = np.zeros(
+            3
+        )  # finished placed requests: decode steps, transfer s, wire s
         self.remote_pages_peak = 0
 
     # -- decisions -----------------------------------------------------------------------------
@@ -92,11 +100,15 @@ class Placement:
 
     def room(self, node: int) -> int:
         """Pages placement may take on a node now (free + evictable now) minus the admission headroom."""
-        return max(0, self.kvs[node].cache.takeable_pages(self.nodes[node].env.now) - self.reserve_pages)
+        return max(
+            0, self.kvs[node].cache.takeable_pages(self.nodes[node].env.now) - self.reserve_pages
+        )
 
     def _by_room(self, exclude: int) -> list[int]:
         """Peers, most available pages first (ties: lower id)."""
-        return sorted((p for p in range(len(self.nodes)) if p != exclude), key=lambda p: (-self.room(p), p))
+        return sorted(
+            (p for p in range(len(self.nodes)) if p != exclude), key=lambda p: (-self.room(p), p)
+        )
 
     def targets(self, rec: Record, first: int, need: int) -> list[int] | None:
         """Node of each logical page first .. first+need-1, or None if they do not fit."""
@@ -119,7 +131,11 @@ class Placement:
         return out if len(out) == need else None
 
     def _new_record(self, owner: int, seq: Sequence) -> Record:
-        members = (owner, *self._by_room(owner)[: self.cfg.shard_nodes - 1]) if self.cfg.policy == "shard" else ()
+        members = (
+            (owner, *self._by_room(owner)[: self.cfg.shard_nodes - 1])
+            if self.cfg.policy == "shard"
+            else ()
+        )
         return Record(owner=owner, lead=len(seq.pages), members=members)
 
     # -- mechanism -----------------------------------------------------------------------------
@@ -128,10 +144,15 @@ class Placement:
         need_total = -(-(seq.num_computed + num_tokens) // self.page_size)
         inner = self.kvs[owner]
         if rec is None:
-            fits_locally = self.cfg.policy == "spill" and need_total - len(seq.pages) <= self.room(owner)
+            fits_locally = self.cfg.policy == "spill" and need_total - len(seq.pages) <= self.room(
+                owner
+            )
             if not self.eligible(seq) or fits_locally:
                 return inner.grow(seq, num_tokens, now)
-            if seq.status is Status.WAITING and inner.free_tokens() < self.nodes[owner].headroom_tokens:
+            if (
+                seq.status is Status.WAITING
+                and inner.free_tokens() < self.nodes[owner].headroom_tokens
+            ):
                 return False  # the node admits nothing below its watermark: place nothing either
             rec = self._new_record(owner, seq)
         need = need_total - len(seq.pages) - len(rec.nodes)
@@ -149,9 +170,15 @@ class Placement:
             self.blocked.add(owner)  # retried when memory comes back anywhere
             return False
         self.starving.pop(seq, None)
-        if not rec.nodes:  # no tail yet: leading local pages join seq.pages (the prefix index sees them)
+        if (
+            not rec.nodes
+        ):  # no tail yet: leading local pages join seq.pages (the prefix index sees them)
             lead = next((i for i, n in enumerate(nodes) if n != owner), len(nodes))
-            local_tokens = num_tokens if lead == len(nodes) else (len(seq.pages) + lead) * self.page_size - seq.num_computed
+            local_tokens = (
+                num_tokens
+                if lead == len(nodes)
+                else (len(seq.pages) + lead) * self.page_size - seq.num_computed
+            )
             if lead and not inner.grow(seq, local_tokens, now):
                 return False  # room() promised these pages; never run a request without its KV
             nodes = nodes[lead:]
@@ -162,7 +189,9 @@ class Placement:
     def _reclaim_exited(self, now: float) -> int:
         """Short of memory: retired pages whose readers exited are garbage on every node (as the
         cache's own allocate does locally)."""
-        return sum(kv.cache.pool.reclaim_exited(now) for kv in self.kvs if kv.cache.pool.num_retired)
+        return sum(
+            kv.cache.pool.reclaim_exited(now) for kv in self.kvs if kv.cache.pool.num_retired
+        )
 
     def _allocate(self, rec: Record, seq: Sequence, nodes: list[int], now: float) -> None:
         """Pages on `nodes` (room checked) become the next logical pages of the record's tail."""
@@ -170,7 +199,9 @@ class Placement:
         if not nodes:
             return
         counts = np.bincount(np.asarray(nodes, dtype=np.int64), minlength=len(self.nodes))
-        new_pages = {n: iter(self.kvs[n].cache.allocate(int(c), now)) for n, c in enumerate(counts) if c}
+        new_pages = {
+            n: iter(self.kvs[n].cache.allocate(int(c), now)) for n, c in enumerate(counts) if c
+        }
         for n in nodes:
             rec.nodes.append(n)
             rec.pages.append(int(next(new_pages[n])))
@@ -256,7 +287,8 @@ class Placement:
             "remote_decode_steps": int(steps),
             "remote_decode_transfer_ms": transfer_s / steps * 1e3 if steps else math.nan,
             "remote_decode_wire_ms": wire_s / steps * 1e3 if steps else math.nan,
-            "remote_requests": len(self.remote_requests), "remote_pages_peak": self.remote_pages_peak,
+            "remote_requests": len(self.remote_requests),
+            "remote_pages_peak": self.remote_pages_peak,
         }
 
 
@@ -298,5 +330,7 @@ def make_placement(cfg: ExperimentConfig, nodes: list[Node]) -> Placement | None
     placement = Placement(cfg, nodes)
     for node in nodes:
         node.kv = PlacedKV(node.kv, node.node_id, placement)
-        node.remote = lambda batch, now, owner=node.node_id: placement.traffic.step_transfer_s(owner, batch, now)
+        node.remote = lambda batch, now, owner=node.node_id: placement.traffic.step_transfer_s(
+            owner, batch, now
+        )
     return placement

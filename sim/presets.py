@@ -5,16 +5,34 @@
 # (the article gives no MLP width; this is our documented choice).
 MODEL_PRESETS: dict[str, dict] = {
     "article-70b": dict(
-        num_layers=48, num_q_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192,
-        intermediate_size=53248, vocab_size=128256, dtype_bytes=2,
+        num_layers=48,
+        num_q_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        hidden_size=8192,
+        intermediate_size=53248,
+        vocab_size=128256,
+        dtype_bytes=2,
     ),
     "llama-3-8b": dict(
-        num_layers=32, num_q_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096,
-        intermediate_size=14336, vocab_size=128256, dtype_bytes=2,
+        num_layers=32,
+        num_q_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        hidden_size=4096,
+        intermediate_size=14336,
+        vocab_size=128256,
+        dtype_bytes=2,
     ),
     "llama-3-70b": dict(
-        num_layers=80, num_q_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192,
-        intermediate_size=28672, vocab_size=128256, dtype_bytes=2,
+        num_layers=80,
+        num_q_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        hidden_size=8192,
+        intermediate_size=28672,
+        vocab_size=128256,
+        dtype_bytes=2,
     ),
 }
 
@@ -24,11 +42,17 @@ MODEL_PRESETS: dict[str, dict] = {
 # calibration file replaces them with measured tables.
 GPU_PRESETS: dict[str, dict] = {
     "h200": dict(
-        hbm_bytes=141e9, hbm_bytes_per_s=4.3e12, bf16_flops_per_s=790e12,
-        interconnect_bytes_per_s=450e9, calibration="h200.json",
+        hbm_bytes=141e9,
+        hbm_bytes_per_s=4.3e12,
+        bf16_flops_per_s=790e12,
+        interconnect_bytes_per_s=450e9,
+        calibration="h200.json",
     ),
     "h100": dict(
-        hbm_bytes=80e9, hbm_bytes_per_s=3.0e12, bf16_flops_per_s=790e12,
-        interconnect_bytes_per_s=450e9, calibration=None,
+        hbm_bytes=80e9,
+        hbm_bytes_per_s=3.0e12,
+        bf16_flops_per_s=790e12,
+        interconnect_bytes_per_s=450e9,
+        calibration=None,
     ),
 }

@@ -24,8 +24,17 @@ from sim.views import NodeView, RouteQuery
 
 
 class Router:
-    def __init__(self, env: simpy.Environment, cfg: RouterConfig, policy, table: RoutingTable,
-                 nodes: list[Node], page_size: int, kv_capacity_tokens: int, token_bytes: int):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: RouterConfig,
+        policy,
+        table: RoutingTable,
+        nodes: list[Node],
+        page_size: int,
+        kv_capacity_tokens: int,
+        token_bytes: int,
+    ):
         self.env = env
         self.cfg = cfg
         self.policy = policy
@@ -48,17 +57,27 @@ class Router:
         out = []
         for i, node in enumerate(self.nodes):
             kv = node.kv
-            out.append(NodeView(
-                i, len(node.waiting), len(node.running), self.kv_capacity_tokens, kv.free_tokens(),
-                _used_tokens(kv, self.token_bytes), node.waiting_prompt_tokens,
-                matched[i] * self.page_size if matched is not None else 0, node.cfg.max_num_seqs,
-            ))
+            out.append(
+                NodeView(
+                    i,
+                    len(node.waiting),
+                    len(node.running),
+                    self.kv_capacity_tokens,
+                    kv.free_tokens(),
+                    _used_tokens(kv, self.token_bytes),
+                    node.waiting_prompt_tokens,
+                    matched[i] * self.page_size if matched is not None else 0,
+                    node.cfg.max_num_seqs,
+                )
+            )
         return out
 
     def decide(self, seq: Sequence) -> int:
         """Run the policy for one request; returns the node index."""
         req = seq.req
-        query = RouteQuery(req.request_id, req.prompt_tokens, seq.keys, self.page_size, self.env.now)
+        query = RouteQuery(
+            req.request_id, req.prompt_tokens, seq.keys, self.page_size, self.env.now
+        )
         node = self.policy.route(query, self.views(seq.keys))
         if not 0 <= node < len(self.nodes):
             raise AssertionError(f"routing policy returned node {node} of {len(self.nodes)}")

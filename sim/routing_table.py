@@ -46,7 +46,9 @@ def longest_prefix(key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: in
     return matched
 
 
-def longest_prefix_linear(key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: int) -> np.ndarray:
+def longest_prefix_linear(
+    key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: int
+) -> np.ndarray:
     """The same answer by walking every page (no prefix-closure assumption): the reference."""
     matched = np.zeros(num_nodes, dtype=np.int64)
     alive = (1 << num_nodes) - 1

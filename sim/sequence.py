@@ -31,7 +31,9 @@ class Sequence:
     status: Status = Status.WAITING
     num_computed: int = 0  # tokens whose KV exists on the node
     num_generated: int = 0
-    recomputed_outputs: int = 0  # outputs generated before the last preemption (recomputed as prefill)
+    recomputed_outputs: int = (
+        0  # outputs generated before the last preemption (recomputed as prefill)
+    )
     cached_tokens: int = 0  # prompt tokens served from the prefix cache at (first) admission
     pages: list[int] = field(default_factory=list)
     stored_pages: int = 0  # leading prompt pages already offered to the prefix index

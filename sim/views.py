@@ -19,8 +19,13 @@ from typing import NamedTuple
 import numpy as np
 
 
-def node_load(kv_used_tokens: int, waiting_prompt_tokens: int, kv_capacity_tokens: int,
-              num_outstanding: int, max_num_seqs: int) -> float:
+def node_load(
+    kv_used_tokens: int,
+    waiting_prompt_tokens: int,
+    kv_capacity_tokens: int,
+    num_outstanding: int,
+    max_num_seqs: int,
+) -> float:
     """The load definition above (one function, so the router and the metrics agree)."""
     kv_demand = (kv_used_tokens + waiting_prompt_tokens) / max(1, kv_capacity_tokens)
     seq_demand = num_outstanding / max(1, max_num_seqs)
@@ -42,8 +47,13 @@ class NodeView(NamedTuple):
 
     @property
     def load(self) -> float:
-        return node_load(self.kv_used_tokens, self.waiting_prompt_tokens, self.kv_capacity_tokens,
-                         self.num_waiting + self.num_running, self.max_num_seqs)
+        return node_load(
+            self.kv_used_tokens,
+            self.waiting_prompt_tokens,
+            self.kv_capacity_tokens,
+            self.num_waiting + self.num_running,
+            self.max_num_seqs,
+        )
 
     @property
     def outstanding(self) -> int:

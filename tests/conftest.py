@@ -15,9 +15,22 @@ settings.load_profile("deterministic")
 def tiny_config() -> dict:
     """One small node (Llama-3-8B on one H200), short run; override fields per test."""
     return {
-        "name": "tiny", "seed": 1, "duration_s": 10, "model": "llama-3-8b",
-        "node": {"num_gpus": 1, "tp": 1}, "cluster": {"num_nodes": 1},
-        "workload": {"name": "seed", "params": {"num_clients": 4, "input_min": 64, "input_max": 256,
-                                                "long_share": 0.0, "system_prompt_tokens": 64,
-                                                "output_min": 4, "output_max": 8}},
+        "name": "tiny",
+        "seed": 1,
+        "duration_s": 10,
+        "model": "llama-3-8b",
+        "node": {"num_gpus": 1, "tp": 1},
+        "cluster": {"num_nodes": 1},
+        "workload": {
+            "name": "seed",
+            "params": {
+                "num_clients": 4,
+                "input_min": 64,
+                "input_max": 256,
+                "long_share": 0.0,
+                "system_prompt_tokens": 64,
+                "output_min": 4,
+                "output_max": 8,
+            },
+        },
     }

@@ -19,10 +19,16 @@ class ConstantLatency:
         return self.step_s
 
 
-def make_request(request_id: int, tokens, output_tokens: int = 2, arrival_s: float | None = 0.0,
-                 tag: str = "") -> Request:
-    return Request(request_id=request_id, prompt=np.asarray(tokens, dtype=np.int32),
-                   output_tokens=output_tokens, arrival_s=arrival_s, tag=tag)
+def make_request(
+    request_id: int, tokens, output_tokens: int = 2, arrival_s: float | None = 0.0, tag: str = ""
+) -> Request:
+    return Request(
+        request_id=request_id,
+        prompt=np.asarray(tokens, dtype=np.int32),
+        output_tokens=output_tokens,
+        arrival_s=arrival_s,
+        tag=tag,
+    )
 
 
 def submit_at(env, node, t: float, req: Request, page_size: int = 16):
@@ -38,4 +44,3 @@ def submit_at(env, node, t: float, req: Request, page_size: int = 16):
 
     env.process(proc())
     return seq
-

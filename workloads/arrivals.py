@@ -35,7 +35,9 @@ class ArrivalFields(BaseModel):
         if self.arrival != "closed" and "num_clients" in self.model_fields_set:
             raise ValueError("num_clients applies to arrival closed; open loop uses rate")
         if self.arrival == "closed" and self.rate is not None:
-            raise ValueError("rate applies to arrival poisson or gamma; closed loop uses num_clients")
+            raise ValueError(
+                "rate applies to arrival poisson or gamma; closed loop uses num_clients"
+            )
         if self.arrival != "gamma" and self.cv != 1.0:
             raise ValueError("cv applies to arrival gamma only")
         return self
@@ -51,7 +53,9 @@ def gaps(kind: str, rate: float, cv: float, rng: np.random.Generator) -> Iterato
         yield from chunk.tolist()
 
 
-def timed(requests: Iterator[Request], p: ArrivalFields, rng: np.random.Generator) -> Iterator[Request]:
+def timed(
+    requests: Iterator[Request], p: ArrivalFields, rng: np.random.Generator
+) -> Iterator[Request]:
     """Stamp each request with its open-loop arrival time."""
     t = 0.0
     gap = gaps(p.arrival, p.rate, p.cv, rng)
@@ -61,8 +65,9 @@ def timed(requests: Iterator[Request], p: ArrivalFields, rng: np.random.Generato
         t += next(gap)
 
 
-def make_stream(name: str, requests: Iterator[Request], p: ArrivalFields, rng: np.random.Generator,
-                info: dict) -> Workload:
+def make_stream(
+    name: str, requests: Iterator[Request], p: ArrivalFields, rng: np.random.Generator, info: dict
+) -> Workload:
     """The workload for `requests` under p's arrival process (rng: the arrival stream's own)."""
     if p.arrival == "closed":
         return Workload(name, requests, num_clients=p.num_clients, info=info)

@@ -15,9 +15,13 @@ def parse_capacities(text: str) -> list[float]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--capacities: {text!r} is not a comma-separated list of token counts (e.g. 1e6,1e7)") from None
+        raise ConfigError(
+            f"--capacities: {text!r} is not a comma-separated list of token counts (e.g. 1e6,1e7)"
+        ) from None
     if not values or any(v <= 0 for v in values):
-        raise ConfigError(f"--capacities: {text!r}: give one or more positive token counts (e.g. 1e6,1e7)")
+        raise ConfigError(
+            f"--capacities: {text!r}: give one or more positive token counts (e.g. 1e6,1e7)"
+        )
     return values
 
 
@@ -37,7 +41,11 @@ def _int(x: float) -> str:
 
 
 def _lengths(d: dict) -> str:
-    return f"mean {_int(d['mean'])}  " + "  ".join(f"p{q} {_int(d[f'p{q}'])}" for q in PERCENTILES) + f"  max {_int(d['max'])}"
+    return (
+        f"mean {_int(d['mean'])}  "
+        + "  ".join(f"p{q} {_int(d[f'p{q}'])}" for q in PERCENTILES)
+        + f"  max {_int(d['max'])}"
+    )
 
 
 def _hit_line(tokens: float, blocks: float) -> str:
@@ -50,18 +58,36 @@ def stats_text(s: dict) -> str:
     rows = [
         ("trace", f"{s['path']} ({s['format']})"),
         ("records", f"{s['records']:,} ({s['skipped_rows']} bad rows skipped)"),
-        ("span", f"{s['span_s']:,.1f} s ({s['span_s'] / 60:.1f} min), {s['distinct_timestamps']:,} distinct timestamps"),
+        (
+            "span",
+            f"{s['span_s']:,.1f} s ({s['span_s'] / 60:.1f} min), {s['distinct_timestamps']:,} distinct timestamps",
+        ),
         ("arrival rate", rate),
-        ("burstiness", f"inter-arrival CV {cv}; busiest minute {s['peak_minute_over_mean']:.2f}x the mean"),
+        (
+            "burstiness",
+            f"inter-arrival CV {cv}; busiest minute {s['peak_minute_over_mean']:.2f}x the mean",
+        ),
         ("input tokens", _lengths(s["input_tokens"])),
         ("output tokens", _lengths(s["output_tokens"])),
     ]
     if not s["prefix_info"]:
-        rows.append(("prefix sharing", "none in the file (lengths and arrivals only): every hit rate is 0"))
+        rows.append(
+            ("prefix sharing", "none in the file (lengths and arrivals only): every hit rate is 0")
+        )
     else:
-        rows.append(("blocks", f"{s['total_blocks']:,} total, {s['unique_blocks']:,} unique "
-                               f"({s['block_tokens']} tokens each)"))
-        rows.append(("infinite cache", _hit_line(s["infinite_cache_token_hit_rate"], s["infinite_cache_block_hit_rate"])))
+        rows.append(
+            (
+                "blocks",
+                f"{s['total_blocks']:,} total, {s['unique_blocks']:,} unique "
+                f"({s['block_tokens']} tokens each)",
+            )
+        )
+        rows.append(
+            (
+                "infinite cache",
+                _hit_line(s["infinite_cache_token_hit_rate"], s["infinite_cache_block_hit_rate"]),
+            )
+        )
         for cap, rate in s["lru_token_hit_rate"].items():
             rows.append((f"LRU {int(cap):,} tokens", _hit_line(rate, s["lru_block_hit_rate"][cap])))
     width = max(len(k) for k, _ in rows)
@@ -74,9 +100,13 @@ def cmd_stats(args) -> int:
     results = []
     for path in args.files:
         fmt = args.format or detect_format(path)
-        trace = window(cached_trace(path, fmt, args.skip_bad_rows), args.start_s, args.end_s, args.max_requests)
+        trace = window(
+            cached_trace(path, fmt, args.skip_bad_rows), args.start_s, args.end_s, args.max_requests
+        )
         if len(trace) == 0:
-            raise ConfigError(f"{path}: no rows in the window --start-s {args.start_s} --end-s {args.end_s}")
+            raise ConfigError(
+                f"{path}: no rows in the window --start-s {args.start_s} --end-s {args.end_s}"
+            )
         results.append(trace_stats(trace, capacities, args.chunk_tokens))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else {"traces": results}, indent=2))
@@ -88,14 +118,28 @@ def cmd_stats(args) -> int:
 def register(sub) -> None:
     trace = sub.add_parser("trace", help="inspect trace files")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True)
-    p = trace_sub.add_parser("stats", help="records, timing, lengths and prefix-reuse bounds of a trace")
+    p = trace_sub.add_parser(
+        "stats", help="records, timing, lengths and prefix-reuse bounds of a trace"
+    )
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    p.add_argument("--format", choices=FORMATS, help="default: .csv is azure; JSONL with hash_ids is mooncake, else jsonl")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="default: .csv is azure; JSONL with hash_ids is mooncake, else jsonl",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
-    p.add_argument("--capacities", help="LRU capacities in tokens, comma-separated (default 1e6,1e7,1e8)")
-    p.add_argument("--skip-bad-rows", action="store_true", help="skip and count invalid rows instead of failing")
+    p.add_argument(
+        "--capacities", help="LRU capacities in tokens, comma-separated (default 1e6,1e7,1e8)"
+    )
+    p.add_argument(
+        "--skip-bad-rows",
+        action="store_true",
+        help="skip and count invalid rows instead of failing",
+    )
     p.add_argument("--start-s", type=float, default=0.0, help="window start, trace seconds")
     p.add_argument("--end-s", type=float, help="window end, trace seconds")
     p.add_argument("--max-requests", type=int, help="keep the first N requests (after the window)")
-    p.add_argument("--chunk-tokens", type=int, default=16, help="block size for rows given as token lists")
+    p.add_argument(
+        "--chunk-tokens", type=int, default=16, help="block size for rows given as token lists"
+    )
     p.set_defaults(func=cmd_stats)

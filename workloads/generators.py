@@ -28,21 +28,33 @@ class SharedPrefixGroupsParams(ArrivalFields):
     ordered: bool = False  # True: group by group; False: shuffled (SGLang's default)
 
 
-def shared_prefix_requests(p: SharedPrefixGroupsParams, rng: np.random.Generator) -> Iterator[Request]:
+def shared_prefix_requests(
+    p: SharedPrefixGroupsParams, rng: np.random.Generator
+) -> Iterator[Request]:
     system_prompts = [random_tokens(rng, p.system_prompt_tokens) for _ in range(p.num_groups)]
     slots = np.repeat(np.arange(p.num_groups), p.prompts_per_group)  # group of each request
     if not p.ordered:
         slots = rng.permutation(slots)
     for request_id, group in enumerate(slots.tolist()):
         question = random_tokens(rng, p.question_tokens)
-        yield Request(request_id=request_id, prompt=np.concatenate([system_prompts[group], question]),
-                      output_tokens=p.output_tokens, session_id=group, tag="shared_prefix")
+        yield Request(
+            request_id=request_id,
+            prompt=np.concatenate([system_prompts[group], question]),
+            output_tokens=p.output_tokens,
+            session_id=group,
+            tag="shared_prefix",
+        )
 
 
 def make_shared_prefix_groups(p: SharedPrefixGroupsParams, rng: np.random.Generator) -> Workload:
     content_rng, arrival_rng = rng.spawn(2)
-    return make_stream("shared_prefix_groups", shared_prefix_requests(p, content_rng), p, arrival_rng,
-                       info=p.model_dump())
+    return make_stream(
+        "shared_prefix_groups",
+        shared_prefix_requests(p, content_rng),
+        p,
+        arrival_rng,
+        info=p.model_dump(),
+    )
 
 
 class NoSharingParams(ArrivalFields):
@@ -72,4 +84,6 @@ def no_sharing_requests(p: NoSharingParams, rng: np.random.Generator) -> Iterato
 
 def make_no_sharing(p: NoSharingParams, rng: np.random.Generator) -> Workload:
     content_rng, arrival_rng = rng.spawn(2)
-    return make_stream("no_sharing", no_sharing_requests(p, content_rng), p, arrival_rng, info=p.model_dump())
+    return make_stream(
+        "no_sharing", no_sharing_requests(p, content_rng), p, arrival_rng, info=p.model_dump()
+    )

@@ -41,10 +41,18 @@ def long_context_requests(p: LongContextParams, rng: np.random.Generator) -> Ite
         own = random_tokens(own_rng, p.context_tokens)
         prompt = np.concatenate([system_prompt, own]) if is_shared else own
         output = int(own_rng.integers(p.output_min, p.output_max + 1))
-        yield Request(request_id=request_id, prompt=prompt, output_tokens=output,
-                      tag="xlong-shared" if is_shared else "xlong")
+        yield Request(
+            request_id=request_id,
+            prompt=prompt,
+            output_tokens=output,
+            tag="xlong-shared" if is_shared else "xlong",
+        )
 
 
 def make_long_context(p: LongContextParams, rng: np.random.Generator) -> Workload:
-    return Workload("long_context", long_context_requests(p, rng), num_clients=p.num_clients,
-                    info=p.model_dump())
+    return Workload(
+        "long_context",
+        long_context_requests(p, rng),
+        num_clients=p.num_clients,
+        info=p.model_dump(),
+    )

@@ -24,7 +24,9 @@ from workloads.tokens import random_tokens
 class MultiTurnParams(ArrivalFields):
     num_users: int = Field(default=10, gt=0)  # U
     num_rounds: int = Field(default=5, gt=0)  # R
-    system_prompt_tokens: int = Field(default=1000, ge=0)  # S (the benchmark's shared system prompt)
+    system_prompt_tokens: int = Field(
+        default=1000, ge=0
+    )  # S (the benchmark's shared system prompt)
     user_context_tokens: int = Field(default=2000, ge=0)  # C (its per-user history prompt)
     question_tokens: int = Field(default=32, gt=0)  # Q
     answer_tokens: int = Field(default=100, gt=0)  # A (the benchmark's answer length)
@@ -33,17 +35,27 @@ class MultiTurnParams(ArrivalFields):
 
 def multi_turn_requests(p: MultiTurnParams, rng: np.random.Generator) -> Iterator[Request]:
     system = random_tokens(rng, p.system_prompt_tokens)
-    history = [np.concatenate([system, random_tokens(rng, p.user_context_tokens)]) for _ in range(p.num_users)]
+    history = [
+        np.concatenate([system, random_tokens(rng, p.user_context_tokens)])
+        for _ in range(p.num_users)
+    ]
     request_id = 0
     for round_ in range(p.num_rounds):
         for user in range(p.num_users):
             prompt = np.concatenate([history[user], random_tokens(rng, p.question_tokens)])
-            yield Request(request_id=request_id, prompt=prompt, output_tokens=p.answer_tokens,
-                          session_id=user, tag=f"round{round_}")
+            yield Request(
+                request_id=request_id,
+                prompt=prompt,
+                output_tokens=p.answer_tokens,
+                session_id=user,
+                tag=f"round{round_}",
+            )
             history[user] = np.concatenate([prompt, random_tokens(rng, p.answer_tokens)])
             request_id += 1
 
 
 def make_multi_turn(p: MultiTurnParams, rng: np.random.Generator) -> Workload:
     content_rng, arrival_rng = rng.spawn(2)
-    return make_stream("multi_turn", multi_turn_requests(p, content_rng), p, arrival_rng, info=p.model_dump())
+    return make_stream(
+        "multi_turn", multi_turn_requests(p, content_rng), p, arrival_rng, info=p.model_dump()
+    )

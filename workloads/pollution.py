@@ -54,9 +54,13 @@ class _Conversations:
 
     def __init__(self, p: PollutionParams, rng: np.random.Generator):
         self.p, self.rng = p, rng
-        self.system = [random_tokens(rng, p.system_prompt_tokens) for _ in range(p.num_system_prompts)]
+        self.system = [
+            random_tokens(rng, p.system_prompt_tokens) for _ in range(p.num_system_prompts)
+        ]
         self.started = 0
-        self.slots = [self._start() for _ in range(p.num_conversations)]  # (id, history, turns done)
+        self.slots = [
+            self._start() for _ in range(p.num_conversations)
+        ]  # (id, history, turns done)
         self.next_slot = 0
 
     def _start(self) -> tuple[int, np.ndarray, int]:
@@ -73,7 +77,11 @@ class _Conversations:
         prompt = np.concatenate([history, random_tokens(self.rng, self.p.question_tokens)])
         answer = random_tokens(self.rng, self.p.long_output_tokens)
         done += 1
-        self.slots[slot] = self._start() if done == self.p.turns else (conv, np.concatenate([prompt, answer]), done)
+        self.slots[slot] = (
+            self._start()
+            if done == self.p.turns
+            else (conv, np.concatenate([prompt, answer]), done)
+        )
         return conv, prompt
 
 
@@ -83,15 +91,24 @@ def pollution_requests(p: PollutionParams, rng: np.random.Generator) -> Iterator
     while True:  # a burst first: closed-loop clients then reach the long requests one by one
         for _ in range(p.burst_size):
             prompt = random_tokens(rng, int(rng.integers(p.chat_min, p.chat_max + 1)))
-            yield Request(request_id=request_id, prompt=prompt, output_tokens=p.chat_output_tokens, tag="chat")
+            yield Request(
+                request_id=request_id, prompt=prompt, output_tokens=p.chat_output_tokens, tag="chat"
+            )
             request_id += 1
         for _ in range(p.burst_every):
             conv, prompt = conversations.next_prompt()
-            yield Request(request_id=request_id, prompt=prompt, output_tokens=p.long_output_tokens,
-                          session_id=conv, tag="long")
+            yield Request(
+                request_id=request_id,
+                prompt=prompt,
+                output_tokens=p.long_output_tokens,
+                session_id=conv,
+                tag="long",
+            )
             request_id += 1
 
 
 def make_pollution(p: PollutionParams, rng: np.random.Generator) -> Workload:
     content_rng, arrival_rng = rng.spawn(2)
-    return make_stream("pollution", pollution_requests(p, content_rng), p, arrival_rng, info=p.model_dump())
+    return make_stream(
+        "pollution", pollution_requests(p, content_rng), p, arrival_rng, info=p.model_dump()
+    )

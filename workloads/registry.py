@@ -34,7 +34,9 @@ WORKLOADS: dict[str, tuple[type[BaseModel], Callable[..., Workload]]] = {
 
 def make_workload(name: str, params: dict, rng: np.random.Generator) -> Workload:
     if name not in WORKLOADS:
-        raise ConfigError(f"workload.name: unknown workload {name!r}; allowed: {', '.join(sorted(WORKLOADS))}")
+        raise ConfigError(
+            f"workload.name: unknown workload {name!r}; allowed: {', '.join(sorted(WORKLOADS))}"
+        )
     params_model, factory = WORKLOADS[name]
     try:
         parsed = params_model.model_validate(params)

@@ -54,14 +54,20 @@ class TraceParams(BaseModel):
         if self.rate is not None and self.time_scale != 1.0:
             raise ValueError("give rate or time_scale, not both")
         if self.num_clients is not None and (self.rate is not None or self.time_scale != 1.0):
-            raise ValueError("num_clients replays closed loop, ignoring timestamps; drop rate/time_scale")
+            raise ValueError(
+                "num_clients replays closed loop, ignoring timestamps; drop rate/time_scale"
+            )
         if self.format != "azure" and (self.shared_prefix_tokens or self.shared_prefix_share):
-            raise ValueError("shared_prefix_* apply to format azure only; the other formats carry their own prefixes")
+            raise ValueError(
+                "shared_prefix_* apply to format azure only; the other formats carry their own prefixes"
+            )
         return self
 
 
 @lru_cache(maxsize=4)
-def _load_cached(path: str, resolved: str, mtime_ns: int, size: int, fmt: str, skip_bad_rows: bool) -> Trace:
+def _load_cached(
+    path: str, resolved: str, mtime_ns: int, size: int, fmt: str, skip_bad_rows: bool
+) -> Trace:
     return load_trace(path, fmt, skip_bad_rows)
 
 
@@ -74,8 +80,9 @@ def cached_trace(path: str, fmt: str, skip_bad_rows: bool = False) -> Trace:
     return _load_cached(str(path), str(p.resolve()), st.st_mtime_ns, st.st_size, fmt, skip_bad_rows)
 
 
-def window(trace: Trace, start_s: float = 0.0, end_s: float | None = None,
-           max_requests: int | None = None) -> Trace:
+def window(
+    trace: Trace, start_s: float = 0.0, end_s: float | None = None, max_requests: int | None = None
+) -> Trace:
     """Rows in [start_s, end_s), then the first max_requests; arrivals rebased to start_s."""
     t = trace.arrival_s
     keep = t >= start_s
@@ -85,7 +92,9 @@ def window(trace: Trace, start_s: float = 0.0, end_s: float | None = None,
     return replace(trace.select(rows), arrival_s=trace.arrival_s[rows] - start_s)
 
 
-def replay_times(arrival_s: np.ndarray, time_scale: float = 1.0, rate: float | None = None) -> np.ndarray:
+def replay_times(
+    arrival_s: np.ndarray, time_scale: float = 1.0, rate: float | None = None
+) -> np.ndarray:
     """Open-loop arrival times: divided by time_scale, or rescaled to a mean rate of `rate` req/s."""
     if rate is None:
         return arrival_s / time_scale
@@ -111,7 +120,9 @@ class AzurePrefix:
         shared = rng.random(n) < p.shared_prefix_share
         which = rng.integers(0, p.num_shared_prefixes, size=n)
         self.prefix_of_row = np.where(shared & (self.tokens > 0), which, -1)
-        self.prefixes = [keyed_tokens(k, self.tokens, PREFIX_SALT) for k in range(p.num_shared_prefixes)]
+        self.prefixes = [
+            keyed_tokens(k, self.tokens, PREFIX_SALT) for k in range(p.num_shared_prefixes)
+        ]
 
     def prompt(self, i: int, length: int, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
         k = int(self.prefix_of_row[i])
@@ -121,19 +132,26 @@ class AzurePrefix:
         return np.concatenate([head, random_tokens(rng, length - head.shape[0])]), True
 
 
-def trace_requests(trace: Trace, arrivals: np.ndarray | None, rng: np.random.Generator,
-                   prefix: AzurePrefix | None) -> Iterator[Request]:
+def trace_requests(
+    trace: Trace, arrivals: np.ndarray | None, rng: np.random.Generator, prefix: AzurePrefix | None
+) -> Iterator[Request]:
     """Requests in trace order; each prompt is built only when the request is pulled."""
     for i in range(len(trace)):
         length = int(trace.input_length[i])
         prompt, tag = trace.prompt(i), trace.format
         if prompt is None:
-            prompt, shared = prefix.prompt(i, length, rng) if prefix else (random_tokens(rng, length), False)
+            prompt, shared = (
+                prefix.prompt(i, length, rng) if prefix else (random_tokens(rng, length), False)
+            )
             tag = "azure-shared" if shared else "azure"
         yield Request(
-            request_id=int(trace.request_id[i]), prompt=prompt, output_tokens=int(trace.output_length[i]),
-            arrival_s=None if arrivals is None else float(arrivals[i]), session_id=int(trace.session_id[i]),
-            priority=int(trace.priority[i]), tag=tag,
+            request_id=int(trace.request_id[i]),
+            prompt=prompt,
+            output_tokens=int(trace.output_length[i]),
+            arrival_s=None if arrivals is None else float(arrivals[i]),
+            session_id=int(trace.session_id[i]),
+            priority=int(trace.priority[i]),
+            tag=tag,
         )
 
 
@@ -141,9 +159,21 @@ def make_trace(p: TraceParams, rng: np.random.Generator) -> Workload:
     full = cached_trace(p.path, p.format, p.skip_bad_rows)
     trace = window(full, p.start_s, p.end_s, p.max_requests)
     if len(trace) == 0:
-        raise ConfigError(f"workload.params: no rows of {p.path} in the window start_s={p.start_s}, end_s={p.end_s}")
-    arrivals = None if p.num_clients is not None else replay_times(trace.arrival_s, p.time_scale, p.rate)
-    prefix = AzurePrefix(p, len(trace), rng) if p.format == "azure" and p.shared_prefix_tokens else None
-    info = {**p.model_dump(), "records": len(trace), "skipped_rows": full.num_skipped,
-            "replay_span_s": float(arrivals[-1]) if arrivals is not None else None}
-    return Workload("trace", trace_requests(trace, arrivals, rng, prefix), num_clients=p.num_clients, info=info)
+        raise ConfigError(
+            f"workload.params: no rows of {p.path} in the window start_s={p.start_s}, end_s={p.end_s}"
+        )
+    arrivals = (
+        None if p.num_clients is not None else replay_times(trace.arrival_s, p.time_scale, p.rate)
+    )
+    prefix = (
+        AzurePrefix(p, len(trace), rng) if p.format == "azure" and p.shared_prefix_tokens else None
+    )
+    info = {
+        **p.model_dump(),
+        "records": len(trace),
+        "skipped_rows": full.num_skipped,
+        "replay_span_s": float(arrivals[-1]) if arrivals is not None else None,
+    }
+    return Workload(
+        "trace", trace_requests(trace, arrivals, rng, prefix), num_clients=p.num_clients, info=info
+    )

@@ -28,7 +28,9 @@ class Trace:
     session_id: np.ndarray  # int64 [n]; -1 = none
     priority: np.ndarray  # int64 [n]
     block_size: int  # tokens per block id (0: the trace has no block rows)
-    block_start: np.ndarray  # int64 [n + 1]: row i's ids are block_ids[block_start[i]:block_start[i+1]]
+    block_start: (
+        np.ndarray
+    )  # int64 [n + 1]: row i's ids are block_ids[block_start[i]:block_start[i+1]]
     block_ids: np.ndarray  # int64 [total blocks]
     token_start: np.ndarray  # int64 [n + 1]: row i's explicit tokens, same CSR layout
     tokens: np.ndarray  # int32 [total explicit tokens]
@@ -59,16 +61,27 @@ class Trace:
         b_start, b_ids = _take_csr(self.block_start, self.block_ids, rows)
         t_start, toks = _take_csr(self.token_start, self.tokens, rows)
         return Trace(
-            path=self.path, format=self.format, arrival_s=self.arrival_s[rows],
-            input_length=self.input_length[rows], output_length=self.output_length[rows],
-            request_id=self.request_id[rows], session_id=self.session_id[rows],
-            priority=self.priority[rows], block_size=self.block_size, block_start=b_start,
-            block_ids=b_ids, token_start=t_start, tokens=toks, num_skipped=self.num_skipped,
+            path=self.path,
+            format=self.format,
+            arrival_s=self.arrival_s[rows],
+            input_length=self.input_length[rows],
+            output_length=self.output_length[rows],
+            request_id=self.request_id[rows],
+            session_id=self.session_id[rows],
+            priority=self.priority[rows],
+            block_size=self.block_size,
+            block_start=b_start,
+            block_ids=b_ids,
+            token_start=t_start,
+            tokens=toks,
+            num_skipped=self.num_skipped,
             skipped_errors=self.skipped_errors,
         )
 
 
-def _take_csr(start: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _take_csr(
+    start: np.ndarray, values: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     lengths = start[rows + 1] - start[rows]
     new_start = np.zeros(rows.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_start[1:])
@@ -98,8 +111,18 @@ class TraceBuilder:
         self.num_skipped = 0
         self.skipped_errors: list[str] = []
 
-    def add(self, arrival_s: float, input_length: int, output_length: int, *, request_id: int,
-            blocks: list[int] = (), tokens: list[int] = (), session_id: int = -1, priority: int = 0) -> None:
+    def add(
+        self,
+        arrival_s: float,
+        input_length: int,
+        output_length: int,
+        *,
+        request_id: int,
+        blocks: list[int] = (),
+        tokens: list[int] = (),
+        session_id: int = -1,
+        priority: int = 0,
+    ) -> None:
         self.arrival_s.append(arrival_s)
         self.input_length.append(input_length)
         self.output_length.append(output_length)
@@ -123,17 +146,30 @@ class TraceBuilder:
             return out
 
         trace = Trace(
-            path=self.path, format=self.format, arrival_s=np.array(self.arrival_s, dtype=np.float64),
+            path=self.path,
+            format=self.format,
+            arrival_s=np.array(self.arrival_s, dtype=np.float64),
             input_length=np.array(self.input_length, dtype=np.int64),
             output_length=np.array(self.output_length, dtype=np.int64),
             request_id=np.array(self.request_id, dtype=np.int64),
             session_id=np.array(self.session_id, dtype=np.int64),
-            priority=np.array(self.priority, dtype=np.int64), block_size=self.block_size,
-            block_start=csr(self.block_counts), block_ids=np.array(self.block_ids, dtype=np.int64),
-            token_start=csr(self.token_counts), tokens=np.array(self.tokens, dtype=np.int32),
-            num_skipped=self.num_skipped, skipped_errors=tuple(self.skipped_errors),
+            priority=np.array(self.priority, dtype=np.int64),
+            block_size=self.block_size,
+            block_start=csr(self.block_counts),
+            block_ids=np.array(self.block_ids, dtype=np.int64),
+            token_start=csr(self.token_counts),
+            tokens=np.array(self.tokens, dtype=np.int32),
+            num_skipped=self.num_skipped,
+            skipped_errors=tuple(self.skipped_errors),
         )
-        for column in (trace.arrival_s, trace.input_length, trace.output_length, trace.block_ids,
-                       trace.block_start, trace.token_start, trace.tokens):
+        for column in (
+            trace.arrival_s,
+            trace.input_length,
+            trace.output_length,
+            trace.block_ids,
+            trace.block_start,
+            trace.token_start,
+            trace.tokens,
+        ):
             column.flags.writeable = False  # shared between arms through the load cache
         return trace

@@ -68,13 +68,18 @@ def _blocks_needed(input_length: int, block_size: int) -> int:
 def _check_hash_length(num_ids: int, input_length: int, block_size: int, field: str) -> None:
     need = _blocks_needed(input_length, block_size)
     if num_ids != need:
-        raise RowError(field, f"has {num_ids} ids but input_length {input_length} needs "
-                              f"ceil({input_length}/{block_size}) = {need}")
+        raise RowError(
+            field,
+            f"has {num_ids} ids but input_length {input_length} needs "
+            f"ceil({input_length}/{block_size}) = {need}",
+        )
 
 
 def _validate(model: type[BaseModel], data) -> BaseModel:
     try:
-        return model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
+        return (
+            model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
+        )
     except ValidationError as err:
         first = err.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "row"
@@ -108,8 +113,10 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict]]:
         reader = csv.DictReader(f)
         missing = [c for c in AzureRow.model_fields if c not in (reader.fieldnames or [])]
         if missing:
-            raise ConfigError(f"{path}:1: header: missing column(s) {', '.join(missing)}; "
-                              f"expected {', '.join(AzureRow.model_fields)}")
+            raise ConfigError(
+                f"{path}:1: header: missing column(s) {', '.join(missing)}; "
+                f"expected {', '.join(AzureRow.model_fields)}"
+            )
         for cells in reader:
             yield reader.line_num, cells
 
@@ -117,8 +124,14 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict]]:
 def _parse_mooncake(line: str, block_size: int) -> ParsedRow:
     row = _validate(MooncakeRow, line)
     _check_hash_length(len(row.hash_ids), row.input_length, MOONCAKE_BLOCK_SIZE, "hash_ids")
-    return ParsedRow(row.timestamp / 1e3, "timestamp", row.input_length, row.output_length,
-                     blocks=row.hash_ids, block_size=MOONCAKE_BLOCK_SIZE)
+    return ParsedRow(
+        row.timestamp / 1e3,
+        "timestamp",
+        row.input_length,
+        row.output_length,
+        blocks=row.hash_ids,
+        block_size=MOONCAKE_BLOCK_SIZE,
+    )
 
 
 _AZURE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
@@ -143,35 +156,54 @@ def _azure_seconds(stamp: str) -> Decimal:
 
 def _parse_azure(cells: dict, block_size: int) -> ParsedRow:
     row = _validate(AzureRow, cells)
-    return ParsedRow(_azure_seconds(row.TIMESTAMP), "TIMESTAMP", row.ContextTokens, row.GeneratedTokens)
+    return ParsedRow(
+        _azure_seconds(row.TIMESTAMP), "TIMESTAMP", row.ContextTokens, row.GeneratedTokens
+    )
 
 
 def _parse_jsonl(line: str, block_size: int) -> ParsedRow:
     row = _validate(JsonlRow, line)
-    out = ParsedRow(row.arrival_s, "arrival_s", 0, row.output_tokens, request_id=row.request_id,
-                    session_id=row.session_id, priority=row.priority)
+    out = ParsedRow(
+        row.arrival_s,
+        "arrival_s",
+        0,
+        row.output_tokens,
+        request_id=row.request_id,
+        session_id=row.session_id,
+        priority=row.priority,
+    )
     if (row.prompt_tokens is None) == (row.block_ids is None):
-        raise RowError("prompt_tokens", "give either prompt_tokens or block_ids (+ block_size, input_length)")
+        raise RowError(
+            "prompt_tokens", "give either prompt_tokens or block_ids (+ block_size, input_length)"
+        )
     if row.prompt_tokens is not None:
         if not row.prompt_tokens:
             raise RowError("prompt_tokens", "must not be empty")
         if row.input_length is not None and row.input_length != len(row.prompt_tokens):
-            raise RowError("input_length", f"{row.input_length} != len(prompt_tokens) {len(row.prompt_tokens)}")
+            raise RowError(
+                "input_length", f"{row.input_length} != len(prompt_tokens) {len(row.prompt_tokens)}"
+            )
         out.input_length, out.tokens = len(row.prompt_tokens), row.prompt_tokens
         return out
     for name in ("block_size", "input_length"):
         if getattr(row, name) is None:
             raise RowError(name, "required with block_ids")
     if block_size and row.block_size != block_size:
-        raise RowError("block_size", f"{row.block_size} differs from {block_size} earlier in the file; "
-                                     "one block size per file")
+        raise RowError(
+            "block_size",
+            f"{row.block_size} differs from {block_size} earlier in the file; "
+            "one block size per file",
+        )
     _check_hash_length(len(row.block_ids), row.input_length, row.block_size, "block_ids")
     out.input_length, out.blocks, out.block_size = row.input_length, row.block_ids, row.block_size
     return out
 
 
-_READERS = {"mooncake": (_jsonl_lines, _parse_mooncake), "azure": (_csv_rows, _parse_azure),
-            "jsonl": (_jsonl_lines, _parse_jsonl)}
+_READERS = {
+    "mooncake": (_jsonl_lines, _parse_mooncake),
+    "azure": (_csv_rows, _parse_azure),
+    "jsonl": (_jsonl_lines, _parse_jsonl),
+}
 
 
 class _Loader:
@@ -186,8 +218,11 @@ class _Loader:
     def add(self, number: int, row: ParsedRow) -> None:
         t = float(row.arrival_s - (row.arrival_s if self.origin is None else self.origin))
         if t < self.last_t:
-            raise RowError(row.time_field, f"arrival goes back in time ({t:g} s after {self.last_t:g} s); "
-                                           "rows must be in arrival order")
+            raise RowError(
+                row.time_field,
+                f"arrival goes back in time ({t:g} s after {self.last_t:g} s); "
+                "rows must be in arrival order",
+            )
         rid = len(self.b.arrival_s) if row.request_id is None else row.request_id
         if rid in self.id_line:
             raise RowError("request_id", f"{rid} already used at line {self.id_line[rid]}")
@@ -197,8 +232,16 @@ class _Loader:
             self.b.block_size = row.block_size
         self.id_line[rid] = number
         self.last_t = t
-        self.b.add(t, row.input_length, row.output_length, request_id=rid, blocks=row.blocks,
-                   tokens=row.tokens, session_id=row.session_id, priority=row.priority)
+        self.b.add(
+            t,
+            row.input_length,
+            row.output_length,
+            request_id=rid,
+            blocks=row.blocks,
+            tokens=row.tokens,
+            session_id=row.session_id,
+            priority=row.priority,
+        )
 
 
 def load_trace(path: str | Path, fmt: str, skip_bad_rows: bool = False) -> Trace:
@@ -217,13 +260,17 @@ def load_trace(path: str | Path, fmt: str, skip_bad_rows: bool = False) -> Trace
             except RowError as err:
                 where = f"{path}:{number}: {err}"
                 if not skip_bad_rows:
-                    raise ConfigError(where + " (skip_bad_rows skips and counts bad rows)") from None
+                    raise ConfigError(
+                        where + " (skip_bad_rows skips and counts bad rows)"
+                    ) from None
                 loader.b.skip(where)
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not a text file ({err.reason})") from None
     b = loader.b
     if not b.arrival_s:
-        raise ConfigError(f"{path}: no valid rows" + (f" ({b.num_skipped} skipped)" if b.num_skipped else ""))
+        raise ConfigError(
+            f"{path}: no valid rows" + (f" ({b.num_skipped} skipped)" if b.num_skipped else "")
+        )
     return b.build()
 
 

@@ -47,8 +47,10 @@ def _blocks_of(trace: Trace, i: int, chunk_tokens: int) -> tuple[list[int], list
         return ids.tolist(), [size] * (ids.size - 1) + [length - size * (ids.size - 1)]
     tokens = trace.tokens[trace.token_start[i] : trace.token_start[i + 1]]
     starts = range(0, tokens.shape[0], chunk_tokens)
-    return ([_chunk_key(tokens[s : s + chunk_tokens]) for s in starts],
-            [min(chunk_tokens, tokens.shape[0] - s) for s in starts])
+    return (
+        [_chunk_key(tokens[s : s + chunk_tokens]) for s in starts],
+        [min(chunk_tokens, tokens.shape[0] - s) for s in starts],
+    )
 
 
 def prefix_chains(trace: Trace, chunk_tokens: int = 16) -> Chains:
@@ -107,8 +109,14 @@ def totals(chains: Chains) -> tuple[int, int]:
 
 
 def hit_rates(chains: Chains, capacity_tokens: float | None = None) -> tuple[float, float]:
-    (tokens, blocks), (total_tokens, total_blocks) = hit_counts(chains, capacity_tokens), totals(chains)
-    return tokens / total_tokens if total_tokens else 0.0, blocks / total_blocks if total_blocks else 0.0
+    (tokens, blocks), (total_tokens, total_blocks) = (
+        hit_counts(chains, capacity_tokens),
+        totals(chains),
+    )
+    return (
+        tokens / total_tokens if total_tokens else 0.0,
+        blocks / total_blocks if total_blocks else 0.0,
+    )
 
 
 def infinite_cache_hits(chains: Chains) -> tuple[float, float]:
@@ -137,8 +145,12 @@ def timing_stats(arrival_s: np.ndarray) -> dict[str, float | int | None]:
         "mean_rate_per_s": (arrival_s.size - 1) / span if span > 0 else None,
         "distinct_timestamps": int(np.unique(arrival_s).size),
         # Burstiness: CV of inter-arrival gaps (1 for Poisson) and the busiest minute over the mean.
-        "interarrival_cv": float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else None,
-        "peak_minute_over_mean": float(per_minute.max() / per_minute.mean()) if per_minute.size else None,
+        "interarrival_cv": float(gaps.std() / gaps.mean())
+        if gaps.size and gaps.mean() > 0
+        else None,
+        "peak_minute_over_mean": float(per_minute.max() / per_minute.mean())
+        if per_minute.size
+        else None,
     }
 
 
@@ -148,14 +160,20 @@ def trace_stats(trace: Trace, capacities=DEFAULT_CAPACITIES, chunk_tokens: int =
     token_hit, block_hit = infinite_cache_hits(chains)
     lru = {int(c): lru_hits(chains, c) for c in capacities}
     return {
-        "path": trace.path, "format": trace.format, "records": len(trace), "skipped_rows": trace.num_skipped,
+        "path": trace.path,
+        "format": trace.format,
+        "records": len(trace),
+        "skipped_rows": trace.num_skipped,
         **timing_stats(trace.arrival_s),
-        "input_tokens": _distribution(trace.input_length), "output_tokens": _distribution(trace.output_length),
+        "input_tokens": _distribution(trace.input_length),
+        "output_tokens": _distribution(trace.output_length),
         "total_input_tokens": int(trace.input_length.sum()),
         "prefix_info": trace.has_content,
         "block_tokens": trace.block_size or (chunk_tokens if trace.tokens.size else None),
-        "total_blocks": totals(chains)[1], "unique_blocks": chains.num_nodes,
-        "infinite_cache_token_hit_rate": token_hit, "infinite_cache_block_hit_rate": block_hit,
+        "total_blocks": totals(chains)[1],
+        "unique_blocks": chains.num_nodes,
+        "infinite_cache_token_hit_rate": token_hit,
+        "infinite_cache_block_hit_rate": block_hit,
         "lru_token_hit_rate": {str(c): r[0] for c, r in lru.items()},
         "lru_block_hit_rate": {str(c): r[1] for c, r in lru.items()},
     }

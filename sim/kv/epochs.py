@@ -30,5 +30,7 @@ class Epochs:
 
     def safe(self, release_epochs: np.ndarray, now: float) -> np.ndarray:
         """bool per page released in these epochs: may it be reused at `now`?"""
-        last_exited = bisect.bisect_right(self._exit_s, now) - 1  # readers of steps <= this are gone
+        last_exited = (
+            bisect.bisect_right(self._exit_s, now) - 1
+        )  # readers of steps <= this are gone
         return release_epochs <= last_exited

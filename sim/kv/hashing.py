@@ -43,12 +43,16 @@ def _token_weights(page_size: int) -> np.ndarray:
 def page_keys(tokens: np.ndarray, page_size: int, hash_bits: int = 64) -> np.ndarray:
     """uint64 [num_full_pages]: chained key of every full page of `tokens` (a partial tail is not keyed)."""
     if page_size < 1 or not 1 <= hash_bits <= 64:
-        raise ValueError(f"page_size must be >= 1 and hash_bits in 1..64, got {page_size}, {hash_bits}")
+        raise ValueError(
+            f"page_size must be >= 1 and hash_bits in 1..64, got {page_size}, {hash_bits}"
+        )
     num_full = tokens.shape[0] // page_size
     if num_full == 0:
         return np.zeros(0, dtype=np.uint64)
     # int32 -> int64 -> uint64 keeps negative ids distinct (two's complement), never clips them.
-    pages = tokens[: num_full * page_size].astype(np.int64).view(np.uint64).reshape(num_full, page_size)
+    pages = (
+        tokens[: num_full * page_size].astype(np.int64).view(np.uint64).reshape(num_full, page_size)
+    )
     with np.errstate(over="ignore"):
         content = (pages * _token_weights(page_size)).sum(axis=1, dtype=np.uint64)
         positioned = mix64(content + np.arange(num_full, dtype=np.uint64) * _GOLDEN)

@@ -51,7 +51,9 @@ class IndexBase(ABC):
     @property
     def entry_bytes(self) -> int:
         """Modelled index bytes per indexed page (see LINK_AND_STATS_BYTES)."""
-        return self.slot_bytes + LINK_AND_STATS_BYTES + (4 * self.page_size if self.token_copy else 0)
+        return (
+            self.slot_bytes + LINK_AND_STATS_BYTES + (4 * self.page_size if self.token_copy else 0)
+        )
 
     def overhead_bytes(self) -> int:
         return self.num_indexed * self.entry_bytes
@@ -85,7 +87,9 @@ class IndexBase(ABC):
         parents = self.parent[pages]
         self.indexed[pages] = False
         outer = parents[parents != ROOT]
-        np.subtract.at(self.num_children, outer[self.indexed[outer]], 1)  # parents left in the index
+        np.subtract.at(
+            self.num_children, outer[self.indexed[outer]], 1
+        )  # parents left in the index
         self.parent[pages] = ROOT
         self.num_children[pages] = 0
         self.num_indexed -= int(pages.size)

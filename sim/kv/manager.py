@@ -29,10 +29,18 @@ class KVUsage:
     live_bytes: int  # bytes that hold real tokens of running requests
     cached_bytes: int  # unreferenced pages kept for reuse (evictable)
     retired_bytes: int  # released pages waiting for the epoch to end
-    fragmentation_bytes: int  # contiguous: free bytes outside the largest hole; paged: unused slots of last pages
-    pool_bytes: int  # memory the allocator holds (contiguous: grown segments; paged: the whole pool)
-    internal_frag_bytes: int = 0  # allocated but unused: paged, slots of last pages; contiguous, reserved tail
-    index_bytes: int = 0  # paged: modelled prefix-index entries + block tables (sim/kv/index_base.py)
+    fragmentation_bytes: (
+        int  # contiguous: free bytes outside the largest hole; paged: unused slots of last pages
+    )
+    pool_bytes: (
+        int  # memory the allocator holds (contiguous: grown segments; paged: the whole pool)
+    )
+    internal_frag_bytes: int = (
+        0  # allocated but unused: paged, slots of last pages; contiguous, reserved tail
+    )
+    index_bytes: int = (
+        0  # paged: modelled prefix-index entries + block tables (sim/kv/index_base.py)
+    )
 
 
 class PagedKV:
@@ -40,9 +48,13 @@ class PagedKV:
         self.cache = cache
         self.token_bytes = token_bytes
         self.page_size = cache.page_size
-        self.live_tokens = 0  # sum of num_computed over admitted requests (shared pages counted per request)
+        self.live_tokens = (
+            0  # sum of num_computed over admitted requests (shared pages counted per request)
+        )
         self.slot_tokens = 0  # sum of len(pages) x page_size over admitted requests
-        self.held_tokens = 0  # sum of kv_tokens: slots holding a token or written by the step in flight
+        self.held_tokens = (
+            0  # sum of kv_tokens: slots holding a token or written by the step in flight
+        )
 
     def admit(self, seq: Sequence, now: float) -> bool:
         """Place a waiting request on its cached prefix (references only; see `commit`)."""
@@ -70,7 +82,9 @@ class PagedKV:
         seq.false_hits += match.false_hits
         seq.wrong_reuse_tokens += match.wrong_reuse_tokens
         new_tokens = seq.prompt_tokens - seq.num_computed
-        first_key = int(seq.keys[len(match.pages)]) if len(match.pages) < seq.keys.shape[0] else None
+        first_key = (
+            int(seq.keys[len(match.pages)]) if len(match.pages) < seq.keys.shape[0] else None
+        )
         seq.cacheable = self.cache.admit_segment(new_tokens, bool(match.pages), first_key)
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
@@ -125,10 +139,16 @@ class PagedKV:
         frag = (self.slot_tokens - self.held_tokens) * tb  # unused slots of requests' last pages
         block_tables = self.slot_tokens // self.page_size * BLOCK_TABLE_ENTRY_BYTES
         return KVUsage(
-            capacity_bytes=pool.num_pages * pb, allocated_bytes=allocated,
-            live_bytes=max(0, allocated - frag),  # shared pages are full: only last pages have holes
-            cached_bytes=pool.num_cached * pb, retired_bytes=pool.num_retired * pb,
-            fragmentation_bytes=frag, pool_bytes=pool.num_pages * pb, internal_frag_bytes=frag,
+            capacity_bytes=pool.num_pages * pb,
+            allocated_bytes=allocated,
+            live_bytes=max(
+                0, allocated - frag
+            ),  # shared pages are full: only last pages have holes
+            cached_bytes=pool.num_cached * pb,
+            retired_bytes=pool.num_retired * pb,
+            fragmentation_bytes=frag,
+            pool_bytes=pool.num_pages * pb,
+            internal_frag_bytes=frag,
             index_bytes=self.cache.index_overhead_bytes() + block_tables,
         )
 
@@ -136,7 +156,9 @@ class PagedKV:
 class ContiguousKV:
     """No prefix reuse; the whole maximum length is reserved at admission."""
 
-    def __init__(self, alloc: ContiguousAllocator, token_bytes: int, max_new_tokens: int, max_model_len: int):
+    def __init__(
+        self, alloc: ContiguousAllocator, token_bytes: int, max_new_tokens: int, max_model_len: int
+    ):
         self.alloc = alloc
         self.token_bytes = token_bytes
         self.max_new_tokens = max_new_tokens
@@ -145,7 +167,9 @@ class ContiguousKV:
         self.oom_events = 0
 
     def reservation_tokens(self, seq: Sequence) -> int:
-        return min(self.max_model_len, seq.prompt_tokens + max(self.max_new_tokens, seq.req.output_tokens))
+        return min(
+            self.max_model_len, seq.prompt_tokens + max(self.max_new_tokens, seq.req.output_tokens)
+        )
 
     def admit(self, seq: Sequence, now: float) -> bool:
         if self.alloc.allocate(seq.req.request_id, self.reservation_tokens(seq) * self.token_bytes):
@@ -183,9 +207,13 @@ class ContiguousKV:
     def usage(self) -> KVUsage:
         a = self.alloc
         return KVUsage(
-            capacity_bytes=a.capacity_bytes, allocated_bytes=a.used_bytes,
-            live_bytes=self.live_tokens * self.token_bytes, cached_bytes=0, retired_bytes=0,
-            fragmentation_bytes=a.fragmentation_bytes(), pool_bytes=a.pool_bytes,
+            capacity_bytes=a.capacity_bytes,
+            allocated_bytes=a.used_bytes,
+            live_bytes=self.live_tokens * self.token_bytes,
+            cached_bytes=0,
+            retired_bytes=0,
+            fragmentation_bytes=a.fragmentation_bytes(),
+            pool_bytes=a.pool_bytes,
             internal_frag_bytes=max(0, a.used_bytes - self.live_tokens * self.token_bytes),
         )
 
@@ -199,14 +227,25 @@ def paged_kv_from_config(cfg: ExperimentConfig, latency: LatencyModel, node_id: 
     num_pages = cfg.kv_capacity_bytes // page_bytes
     zone = None
     if c.protected_zone:
-        zone = ProtectedZone(num_pages, c.protected_share, c.protected_window,
-                             int(c.protected_max_fraction * num_pages))
+        zone = ProtectedZone(
+            num_pages,
+            c.protected_share,
+            c.protected_window,
+            int(c.protected_max_fraction * num_pages),
+        )
     cache = PagedKVCache(
-        num_pages, c.page_size, page_bytes,
+        num_pages,
+        c.page_size,
+        page_bytes,
         eviction=make_policy("eviction", cfg.policies.eviction),
         admission=make_policy("admission", cfg.policies.admission),
-        prefix_cache=c.prefix_cache, index=c.index, epoch_reclaim=c.reclaim == "epoch",
-        race_window_s=c.race_window_s, eviction_batch_pages=c.eviction_batch_pages, protected=zone,
-        break_even_tokens=break_even_tokens(latency, c.page_size), node_id=node_id,
+        prefix_cache=c.prefix_cache,
+        index=c.index,
+        epoch_reclaim=c.reclaim == "epoch",
+        race_window_s=c.race_window_s,
+        eviction_batch_pages=c.eviction_batch_pages,
+        protected=zone,
+        break_even_tokens=break_even_tokens(latency, c.page_size),
+        node_id=node_id,
     )
     return PagedKV(cache, token_bytes)

@@ -39,8 +39,14 @@ FREE, USED, CACHED, RETIRED = (int(s) for s in PageState)
 
 
 class PagePool:
-    def __init__(self, num_pages: int, page_size: int, page_bytes: int, epoch_reclaim: bool = True,
-                 race_window_s: float = 0.0):
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        page_bytes: int,
+        epoch_reclaim: bool = True,
+        race_window_s: float = 0.0,
+    ):
         assert num_pages > 0 and race_window_s >= 0
         self.num_pages = num_pages
         self.page_size = page_size
@@ -55,7 +61,9 @@ class PagePool:
         self._head = 0
         self.num_free = num_pages
         self.epochs = Epochs()
-        self._retired: deque[tuple[int, np.ndarray]] = deque()  # (retire epoch, pages), oldest first
+        self._retired: deque[tuple[int, np.ndarray]] = (
+            deque()
+        )  # (retire epoch, pages), oldest first
         self.num_used = 0
         self.num_cached = 0
         self.num_retired = 0
@@ -98,14 +106,18 @@ class PagePool:
         """Add a reference to each of `pages` (distinct, USED or CACHED): a cache hit."""
         arr = np.asarray(pages, dtype=np.int64)
         state = self.state[arr]
-        assert ((state == USED) | (state == CACHED)).all(), "ref of a page that is neither used nor cached"
+        assert ((state == USED) | (state == CACHED)).all(), (
+            "ref of a page that is neither used nor cached"
+        )
         revived = int((state == CACHED).sum())
         self.state[arr] = USED
         self.num_cached -= revived
         self.num_used += revived
         self.ref_count[arr] += 1
 
-    def unref_many(self, pages: list[int], indexed: np.ndarray, last_read_s: float = -np.inf) -> np.ndarray:
+    def unref_many(
+        self, pages: list[int], indexed: np.ndarray, last_read_s: float = -np.inf
+    ) -> np.ndarray:
         """Drop one reference from each of `pages` (distinct), last read by a step ending at last_read_s.
 
         At zero a page stays CACHED if indexed, else it is released. Returns the pages that hit zero.
@@ -114,7 +126,9 @@ class PagePool:
         assert (self.ref_count[arr] > 0).all(), "reference count would go negative"
         self.ref_count[arr] -= 1
         if last_read_s > -np.inf:  # pages are distinct, so a gather-max-scatter is exact
-            self.read_until_s[arr] = np.maximum(self.read_until_s[arr], last_read_s + self.race_window_s)
+            self.read_until_s[arr] = np.maximum(
+                self.read_until_s[arr], last_read_s + self.race_window_s
+            )
         zero = arr[self.ref_count[arr] == 0]
         if zero.size:
             self.num_used -= int(zero.size)

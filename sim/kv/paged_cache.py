@@ -34,11 +34,23 @@ def make_index(kind: str, num_pages: int, page_size: int) -> IndexBase:
 
 
 class PagedKVCache:
-    def __init__(self, num_pages: int, page_size: int, page_bytes: int, *, eviction, admission,
-                 prefix_cache: bool = True, index: str = "two_level", epoch_reclaim: bool = True,
-                 race_window_s: float = 0.0, eviction_batch_pages: int = 64,
-                 protected: ProtectedZone | None = None, break_even_tokens: int | None = None,
-                 node_id: int = 0):
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        page_bytes: int,
+        *,
+        eviction,
+        admission,
+        prefix_cache: bool = True,
+        index: str = "two_level",
+        epoch_reclaim: bool = True,
+        race_window_s: float = 0.0,
+        eviction_batch_pages: int = 64,
+        protected: ProtectedZone | None = None,
+        break_even_tokens: int | None = None,
+        node_id: int = 0,
+    ):
         self.pool = PagePool(num_pages, page_size, page_bytes, epoch_reclaim, race_window_s)
         self.index = make_index(index, num_pages, page_size)
         self.prefix_cache = prefix_cache
@@ -49,24 +61,35 @@ class PagedKVCache:
         self.break_even_tokens = break_even_tokens or page_size
         self.node_id = node_id
         self.stats = PageStats(
-            last_access_s=np.zeros(num_pages), created_s=np.zeros(num_pages),
-            hit_count=np.zeros(num_pages, dtype=np.int64), depth=self.index.depth,
-            prefix_pages=self.index.prefix_pages, page_size=page_size,
+            last_access_s=np.zeros(num_pages),
+            created_s=np.zeros(num_pages),
+            hit_count=np.zeros(num_pages, dtype=np.int64),
+            depth=self.index.depth,
+            prefix_pages=self.index.prefix_pages,
+            page_size=page_size,
         )
         self.listeners: list[CacheListener] = []
         self.num_evicted_pages = 0
         # evicted_by_depth[d] = pages evicted at prefix position d (1-based page index in its prefix)
         self.evicted_by_depth = np.zeros(1, dtype=np.int64)
         self.admission_rejected_tokens = 0
-        self._ghost: dict[int, None] = {}  # first-page keys of recently rejected segments, oldest first
+        self._ghost: dict[
+            int, None
+        ] = {}  # first-page keys of recently rejected segments, oldest first
 
     @property
     def page_size(self) -> int:
         return self.pool.page_size
 
     # -- prefix reuse ------------------------------------------------------------------------
-    def match_prefix(self, keys: np.ndarray, prompt: np.ndarray, now: float, first_admission: bool = True,
-                     record: bool = True) -> Match:
+    def match_prefix(
+        self,
+        keys: np.ndarray,
+        prompt: np.ndarray,
+        now: float,
+        first_admission: bool = True,
+        record: bool = True,
+    ) -> Match:
         """Reference the longest cached prefix. At least one prompt token is left to compute.
 
         record=False only takes the references: a node that may still roll the admission back
@@ -90,8 +113,15 @@ class PagedKVCache:
         if self.protected is not None and first_admission:
             self.protected.on_request(pages)
 
-    def store_pages(self, pages: list[int], keys: np.ndarray, prompt: np.ndarray, first: int,
-                    end: int, now: float) -> None:
+    def store_pages(
+        self,
+        pages: list[int],
+        keys: np.ndarray,
+        prompt: np.ndarray,
+        first: int,
+        end: int,
+        now: float,
+    ) -> None:
         """Index the request's full prompt pages [first, end) once their KV is computed."""
         if not self.prefix_cache or end <= first:
             return
@@ -117,7 +147,9 @@ class PagedKVCache:
             self.stats.hit_count[new] = 1
             self._emit("stored", [chunk_keys[i] for i in placed])
 
-    def admit_segment(self, new_tokens: int, already_shared: bool, first_key: int | None = None) -> bool:
+    def admit_segment(
+        self, new_tokens: int, already_shared: bool, first_key: int | None = None
+    ) -> bool:
         """Admission policy: may this request's freshly computed segment enter the cache?
 
         first_key: the chained key of the segment's first full page (None if it has none). A
@@ -148,7 +180,9 @@ class PagedKVCache:
     def allocate(self, n: int, now: float) -> list[int] | None:
         """n pages, evicting unreferenced cached pages if needed; None if even that is short."""
         if n > self.pool.num_free and self.pool.num_retired:
-            self.pool.reclaim_exited(now)  # retired pages are garbage: reuse them before cached ones
+            self.pool.reclaim_exited(
+                now
+            )  # retired pages are garbage: reuse them before cached ones
         if n > self.pool.num_free:
             if n > self.available_pages():
                 return None
@@ -174,7 +208,9 @@ class PagedKVCache:
 
         Retired pages return as their readers exit; cached pages released inside the race window
         become evictable at the same moments, so an idle node must wake for those too."""
-        waits = [w for w in (self.pool.idle_reclaim(now), self._cached_unsafe_wait(now)) if w is not None]
+        waits = [
+            w for w in (self.pool.idle_reclaim(now), self._cached_unsafe_wait(now)) if w is not None
+        ]
         return min(waits) if waits else None
 
     def _cached_unsafe_wait(self, now: float) -> float | None:
@@ -216,7 +252,9 @@ class PagedKVCache:
             candidates = self._candidates(now)
             if candidates.size == 0:
                 return
-            priority = np.asarray(self.eviction.priority(self.stats, candidates, now), dtype=np.float64)
+            priority = np.asarray(
+                self.eviction.priority(self.stats, candidates, now), dtype=np.float64
+            )
             k = min(candidates.size, target - freed)
             if k < candidates.size:  # the k lowest, plus every page tied with the k-th
                 kth = priority[np.argpartition(priority, k - 1)[k - 1]]
@@ -242,7 +280,9 @@ class PagedKVCache:
         if self.protected is not None:
             self.protected.on_removed(removed)
         self._emit("removed", index.page_key[removed].tolist())
-        evicted = removed[self.pool.state[removed] == CACHED]  # still-used ones just lose their entry
+        evicted = removed[
+            self.pool.state[removed] == CACHED
+        ]  # still-used ones just lose their entry
         if evicted.size:
             self.pool.evict_many(evicted, now)
             self.num_evicted_pages += int(evicted.size)

@@ -60,7 +60,9 @@ class TwoLevelIndex(IndexBase):
             pos = start + good
             if pos >= len(keys_list):
                 break
-            found = self._overflow_exact(keys_list[pos], out.pages[-1] if out.pages else ROOT, prompt, pos)
+            found = self._overflow_exact(
+                keys_list[pos], out.pages[-1] if out.pages else ROOT, prompt, pos
+            )
             if found is not None:
                 out.pages.append(found)
                 continue
@@ -93,7 +95,9 @@ class TwoLevelIndex(IndexBase):
         return None
 
     # -- updates -----------------------------------------------------------------------------
-    def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> list[int]:
+    def insert_chain(
+        self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray
+    ) -> list[int]:
         """Index consecutive full pages of one prefix, the first hanging under `parent`.
 
         tokens: int32 [len(pages), page_size]. Returns the positions (in `pages`) indexed. Level 2
@@ -119,7 +123,9 @@ class TwoLevelIndex(IndexBase):
         self._link_run(pages, keys, tokens, 0, count, parent)
         return list(range(count))
 
-    def _insert_trusting(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> list[int]:
+    def _insert_trusting(
+        self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray
+    ) -> list[int]:
         """hash_only, as a hash-keyed block cache does it: a taken key is trusted to be this very
         page, so the page is not indexed again and the chain goes on under the page holding it."""
         slots = self.key_to_page
@@ -136,8 +142,15 @@ class TwoLevelIndex(IndexBase):
         self._link_run(pages, keys, tokens, start, len(pages), parent)
         return placed
 
-    def _link_run(self, pages: list[int], keys: list[int], tokens: np.ndarray, start: int, end: int,
-                  parent: int) -> None:
+    def _link_run(
+        self,
+        pages: list[int],
+        keys: list[int],
+        tokens: np.ndarray,
+        start: int,
+        end: int,
+        parent: int,
+    ) -> None:
         if end > start:
             self._link(pages[start:end], keys[start:end], parent)
             self.token_table[pages[start:end]] = tokens[start:end]
@@ -162,8 +175,9 @@ class TwoLevelIndex(IndexBase):
 
     def _forget(self, pages: np.ndarray) -> None:
         slots = self.key_to_page
-        for page, key, parent in zip(pages.tolist(), self.page_key[pages].tolist(),
-                                     self.parent[pages].tolist(), strict=True):
+        for page, key, parent in zip(
+            pages.tolist(), self.page_key[pages].tolist(), self.parent[pages].tolist(), strict=True
+        ):
             if slots.get(key) == page:
                 del slots[key]
             else:

@@ -20,7 +20,9 @@ from sim.kv.index_base import ROOT, IndexBase, Match
 class RadixIndex(IndexBase):
     def __init__(self, num_pages: int, page_size: int):
         super().__init__(num_pages, page_size)
-        self.edges: dict[int, dict[bytes, int]] = {}  # parent page (ROOT too) -> {page tokens: child}
+        self.edges: dict[
+            int, dict[bytes, int]
+        ] = {}  # parent page (ROOT too) -> {page tokens: child}
         self.edge_of: list[bytes | None] = [None] * num_pages
 
     def match(self, keys: np.ndarray, prompt: np.ndarray, max_pages: int) -> Match:
@@ -41,7 +43,9 @@ class RadixIndex(IndexBase):
             node = child
         return Match(pages=pages)
 
-    def insert_chain(self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray) -> list[int]:
+    def insert_chain(
+        self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray
+    ) -> list[int]:
         """Index consecutive full pages under `parent`; stop at an edge that already exists.
         Returns the positions (in `pages`) indexed: a leading run."""
         count = 0
@@ -69,4 +73,3 @@ class RadixIndex(IndexBase):
                     del edges[parent]
             edges.pop(page, None)
             edge_of[page] = None
-

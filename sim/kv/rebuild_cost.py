@@ -22,8 +22,11 @@ MAX_SEGMENT_TOKENS = 1 << 20  # search bound
 
 def prefill_step_s(latency: LatencyModel, num_tokens: int) -> float:
     """One step that prefills num_tokens new tokens with no context (nothing else in the batch)."""
-    plan = StepPlan(prefill_new=np.array([num_tokens], dtype=np.int64), prefill_ctx=np.zeros(1, dtype=np.int64),
-                    decode_ctx=_EMPTY)
+    plan = StepPlan(
+        prefill_new=np.array([num_tokens], dtype=np.int64),
+        prefill_ctx=np.zeros(1, dtype=np.int64),
+        decode_ctx=_EMPTY,
+    )
     return latency.step_time_s(plan)
 
 

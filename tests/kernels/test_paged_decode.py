@@ -102,8 +102,16 @@ def test_grouped_equals_non_grouped():
     kv = make_paged_kv(LENS, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
     q = torch.randn(len(LENS), 16, HEAD_DIM, generator=g, device=DEVICE).to(torch.bfloat16)
     a, b = (
-        paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, grouped=grouped,
-                               num_splits=1, block_n=BLOCK_N)
+        paged_decode_attention(
+            q,
+            kv.k_cache,
+            kv.v_cache,
+            kv.block_tables,
+            kv.seq_lens,
+            grouped=grouped,
+            num_splits=1,
+            block_n=BLOCK_N,
+        )
         for grouped in (True, False)
     )
     # Same tiles, same order of accumulation per query row: identical bits.

@@ -30,7 +30,9 @@ def test_threshold_rule():
     assert not policy.admit(Segment(tokens=63, already_shared=False, break_even_tokens=16))
     assert policy.admit(Segment(tokens=64, already_shared=False, break_even_tokens=16))
     assert policy.admit(Segment(tokens=1, already_shared=True, break_even_tokens=16))
-    assert policy.admit(Segment(tokens=1, already_shared=False, break_even_tokens=16, seen_before=True))
+    assert policy.admit(
+        Segment(tokens=1, already_shared=False, break_even_tokens=16, seen_before=True)
+    )
     assert Always(NoParams()).admit(Segment(tokens=1, already_shared=False, break_even_tokens=16))
 
 
@@ -60,7 +62,9 @@ def test_break_even_of_the_article_model_on_the_h200_roofline():
 def _one_token():
     from sim.latency import StepPlan
 
-    return StepPlan(prefill_new=np.array([1]), prefill_ctx=np.array([0]), decode_ctx=np.zeros(0, dtype=np.int64))
+    return StepPlan(
+        prefill_new=np.array([1]), prefill_ctx=np.array([0]), decode_ctx=np.zeros(0, dtype=np.int64)
+    )
 
 
 def test_bad_threshold_param():

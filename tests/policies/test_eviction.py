@@ -15,8 +15,11 @@ PAGES = np.array([0, 1, 2])
 
 def stats() -> PageStats:
     return PageStats(
-        last_access_s=np.array([10.0, 70.0, 40.0]), created_s=np.array([5.0, 1.0, 3.0]),
-        hit_count=np.array([8, 1, 2]), depth=np.array([1, 2, 1]), prefix_pages=np.array([128, 2, 64]),
+        last_access_s=np.array([10.0, 70.0, 40.0]),
+        created_s=np.array([5.0, 1.0, 3.0]),
+        hit_count=np.array([8, 1, 2]),
+        depth=np.array([1, 2, 1]),
+        prefix_pages=np.array([128, 2, 64]),
         page_size=16,
     )
 
@@ -44,11 +47,14 @@ def test_scored_ignores_a_future_access_time():
     assert got == pytest.approx([8.0, 1.0, 2.0])
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"length_weight": -1}, "policies.eviction.params.length_weight"),
-    ({"half_life_s": 0}, "policies.eviction.params.half_life_s"),
-    ({"weight": 1}, "policies.eviction.params.weight"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"length_weight": -1}, "policies.eviction.params.length_weight"),
+        ({"half_life_s": 0}, "policies.eviction.params.half_life_s"),
+        ({"weight": 1}, "policies.eviction.params.weight"),
+    ],
+)
 def test_bad_scored_params_name_the_field(params, field):
     with pytest.raises(ConfigError, match=field):
         make_policy("eviction", PolicySpec(name="scored", params=params))

@@ -24,8 +24,17 @@ from sim.views import NodeView, RouteQuery, node_load
 PAGE = 16
 
 
-def view(i: int, waiting: int = 0, running: int = 0, cap: int = 1000, free: int = 1000, used: int = 0,
-         queued_tokens: int = 0, cached: int = 0, seqs: int = 256) -> NodeView:
+def view(
+    i: int,
+    waiting: int = 0,
+    running: int = 0,
+    cap: int = 1000,
+    free: int = 1000,
+    used: int = 0,
+    queued_tokens: int = 0,
+    cached: int = 0,
+    seqs: int = 256,
+) -> NodeView:
     return NodeView(i, waiting, running, cap, free, used, queued_tokens, cached, seqs)
 
 
@@ -54,8 +63,15 @@ def test_round_robin_cycles_and_random_follows_the_seeded_generator():
 
 
 def test_least_loaded_counts_outstanding_then_load_then_index():
-    views = [view(0, waiting=2), view(1, running=1, used=500), view(2, waiting=1, used=10), view(3, running=1)]
-    assert LeastLoaded(NoParams(), rng()).route(query(), views) == 3  # 1 outstanding and the lowest load
+    views = [
+        view(0, waiting=2),
+        view(1, running=1, used=500),
+        view(2, waiting=1, used=10),
+        view(3, running=1),
+    ]
+    assert (
+        LeastLoaded(NoParams(), rng()).route(query(), views) == 3
+    )  # 1 outstanding and the lowest load
 
 
 def test_least_kv_takes_the_most_free_kv():
@@ -117,13 +133,19 @@ def test_kv_cost_softmax_samples_by_normalised_cost():
 
 
 def test_softmax_pick_with_equal_scores_is_uniform():
-    picks = np.bincount([softmax_pick(np.ones(4), 1.0, np.random.default_rng(s)) for s in range(4000)], minlength=4)
+    picks = np.bincount(
+        [softmax_pick(np.ones(4), 1.0, np.random.default_rng(s)) for s in range(4000)], minlength=4
+    )
     assert picks / 4000 == pytest.approx([0.25] * 4, abs=0.03)
 
 
 def test_weighted_scorers_sums_prefix_queue_and_kv_scores():
     # prefix share: 0, 0.8, 0.4; queue (max 4, min 0): 1, 0, 0.5; KV free share: 1, 0.5, 0.9
-    views = [view(0), view(1, cached=128, waiting=4, used=500), view(2, cached=64, waiting=2, used=100)]
+    views = [
+        view(0),
+        view(1, cached=128, waiting=4, used=500),
+        view(2, cached=64, waiting=2, used=100),
+    ]
     policy = WeightedScorers(WeightedScorersParams(), rng())
     assert policy.scores(query(), views).tolist() == pytest.approx([4.0, 3.4, 4.0])
     # 0 and 2 tie at 4.0: the seeded generator picks among the tied
@@ -134,6 +156,12 @@ def test_weighted_scorers_sums_prefix_queue_and_kv_scores():
 
 def test_weighted_scorers_ties_are_seeded():
     views = [view(i) for i in range(4)]
-    a = [WeightedScorers(WeightedScorersParams(), np.random.default_rng(5)).route(query(), views) for _ in range(3)]
-    b = [WeightedScorers(WeightedScorersParams(), np.random.default_rng(5)).route(query(), views) for _ in range(3)]
+    a = [
+        WeightedScorers(WeightedScorersParams(), np.random.default_rng(5)).route(query(), views)
+        for _ in range(3)
+    ]
+    b = [
+        WeightedScorers(WeightedScorersParams(), np.random.default_rng(5)).route(query(), views)
+        for _ in range(3)
+    ]
     assert a == b and set(a) <= {0, 1, 2, 3}

@@ -32,15 +32,30 @@ def sglang(**params) -> SGLangCacheAware:
 
 def test_sglang_defaults_are_the_published_library_and_cli_sets():
     lib = SGLangCacheAwareParams.model_validate({})
-    assert (lib.cache_threshold, lib.balance_abs_threshold, lib.balance_rel_threshold) == (0.5, 32, 1.1)
+    assert (lib.cache_threshold, lib.balance_abs_threshold, lib.balance_rel_threshold) == (
+        0.5,
+        32,
+        1.1,
+    )
     assert (lib.eviction_interval_s, lib.max_tree_tokens) == (30.0, 10_000)
     cli = SGLangCacheAwareParams.model_validate({"defaults": "cli", "cache_threshold": 0.4})
-    assert (cli.cache_threshold, cli.balance_abs_threshold, cli.balance_rel_threshold) == (0.4, 64, 1.5)
+    assert (cli.cache_threshold, cli.balance_abs_threshold, cli.balance_rel_threshold) == (
+        0.4,
+        64,
+        1.5,
+    )
     assert (cli.eviction_interval_s, cli.max_tree_tokens) == (120.0, 2**26)
 
 
-@pytest.mark.parametrize("bad", [{"cache_threshold": 1.5}, {"balance_rel_threshold": 0.5},
-                                 {"balance_abs_threshold": -1}, {"defaults": "nightly"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"cache_threshold": 1.5},
+        {"balance_rel_threshold": 0.5},
+        {"balance_abs_threshold": -1},
+        {"defaults": "nightly"},
+    ],
+)
 def test_sglang_rejects_thresholds_out_of_range(bad):
     with pytest.raises(ValidationError):
         SGLangCacheAwareParams.model_validate(bad)
@@ -51,9 +66,13 @@ def test_sglang_follows_a_good_match_and_sends_misses_to_the_smallest_tree():
     views = [view(i) for i in range(3)]
     assert policy.route(query([1, 2, 3, 4]), views) == 0  # all trees empty: the first smallest
     assert policy.route(query([1, 2, 3, 4, 5, 6]), views) == 0  # 4 of 6 pages match: 0.67 > 0.5
-    assert policy.route(query([1, 2, 7, 8, 9]), views) == 1  # 2 of 5 = 0.4: smallest tree (1, empty)
+    assert (
+        policy.route(query([1, 2, 7, 8, 9]), views) == 1
+    )  # 2 of 5 = 0.4: smallest tree (1, empty)
     assert policy.route(query([20, 21]), views) == 2
-    assert policy.route(query([30, 31, 32]), views) == 2  # trees hold 6, 5, 2 pages: node 2 smallest
+    assert (
+        policy.route(query([30, 31, 32]), views) == 2
+    )  # trees hold 6, 5, 2 pages: node 2 smallest
     assert [policy.tree.num_pages(n) for n in range(3)] == [6, 5, 5]
 
 
@@ -85,11 +104,16 @@ def test_sglang_trims_trees_every_interval():
     # At t = 10 node 0 is trimmed to its 3 most recent pages (the leaves 5 and 4 go first); 3 of 6
     # pages is a match rate of 0.5, not above 0.5, so the prompt goes to the smaller tree (node 1).
     assert policy.route(query([1, 2, 3, 4, 5, 6], now_s=10.0), views) == 1
-    assert policy.tree.matched_pages(np.array([1, 2, 3, 4, 5, 6], dtype=np.uint64)).tolist() == [3, 6]
+    assert policy.tree.matched_pages(np.array([1, 2, 3, 4, 5, 6], dtype=np.uint64)).tolist() == [
+        3,
+        6,
+    ]
 
 
 def test_decentralized_router_knows_only_its_own_prompts():
-    policy = Decentralized(DecentralizedParams(num_routers=2, assignment="round_robin"), np.random.default_rng(0))
+    policy = Decentralized(
+        DecentralizedParams(num_routers=2, assignment="round_robin"), np.random.default_rng(0)
+    )
     keys = [1, 2, 3, 4]
     assert policy.route(query(keys), [view(0), view(1)]) == 0  # router 0: no match, least loaded
     # router 1 never saw the prompt: least loaded, node 1, although node 0 caches it

@@ -49,7 +49,10 @@ def test_round_robin_engine_fails_naming_metrics(baseline, tmp_path, tiny_run, c
     was = json.loads((tiny_run / "summary.json").read_text())["arms"]["engine"]["prefix_hit_rate"]
     now = json.loads((worse / "summary.json").read_text())["arms"]["engine"]["prefix_hit_rate"]
     assert now < was - 0.2  # cache-blind routing: every node must hold every group, and evicts
-    assert f"{100 * was:.1f}% -> {100 * now:.1f}% ({100 * (now - was):+.1f} pts; tolerance 2.0 pts)" in hit
+    assert (
+        f"{100 * was:.1f}% -> {100 * now:.1f}% ({100 * (now - was):+.1f} pts; tolerance 2.0 pts)"
+        in hit
+    )
     assert any("p99_ttft_ms" in line and "tolerance 10.0%" in line for line in regressions)
     assert "policies.routing.name: 'prefix_affinity' -> 'round_robin'" in out
     assert "FAIL:" in out
@@ -63,17 +66,23 @@ def test_update_keeps_hand_tuned_tolerances(tiny_run, baseline, tmp_path):
     assert main(["check", str(tiny_run), "--baseline", str(path), "--update"]) == 0
     rewritten = json.loads(path.read_text())
     assert rewritten["arms"]["engine"]["tolerances"]["prefix_hit_rate"] == {"abs": 0.5}
-    assert rewritten["arms"]["openclaw"]["tolerances"]["prefix_hit_rate"] == DEFAULT_TOLERANCES["prefix_hit_rate"]
+    assert (
+        rewritten["arms"]["openclaw"]["tolerances"]["prefix_hit_rate"]
+        == DEFAULT_TOLERANCES["prefix_hit_rate"]
+    )
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("no-baseline", "no such file"),
-    ("no-summary", "no such file"),
-    ("extra-arm", "unknown arm(s) extra"),
-    ("missing-arm", "in the baseline but not in the run"),
-    ("bad-tolerance", "tolerances.p99_ttft_ms must be"),
-    ("not-json", "is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("no-baseline", "no such file"),
+        ("no-summary", "no such file"),
+        ("extra-arm", "unknown arm(s) extra"),
+        ("missing-arm", "in the baseline but not in the run"),
+        ("bad-tolerance", "tolerances.p99_ttft_ms must be"),
+        ("not-json", "is not valid JSON"),
+    ],
+)
 def test_unusable_input_exits_2(tiny_run, baseline, tmp_path, capsys, damage, message):
     run, base = tmp_path / "run", tmp_path / "b.json"
     shutil.copytree(tiny_run, run)
@@ -106,7 +115,9 @@ def test_tolerance_directions():
     assert compare_metric("a", "prefix_hit_rate", 0.50, 0.48, tol_abs).regressed is False
     assert compare_metric("a", "prefix_hit_rate", 0.50, 0.47, tol_abs).regressed is True
     assert compare_metric("a", "output_throughput", 1000.0, 940.0, {"rel": 0.05}).regressed is True
-    assert compare_metric("a", "p99_ttft_ms", 100.0, None, tol_rel).regressed is True  # nothing finished
+    assert (
+        compare_metric("a", "p99_ttft_ms", 100.0, None, tol_rel).regressed is True
+    )  # nothing finished
 
 
 def test_committed_baseline_covers_the_ci_study():

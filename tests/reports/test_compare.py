@@ -14,8 +14,18 @@ def test_two_arms_terminal_table(tiny_run, capsys):
     summary = json.loads((tiny_run / "summary.json").read_text())["arms"]
     a, b = summary["paged+prefix"]["prefix_hit_rate"], summary["engine"]["prefix_hit_rate"]
     line = next(x for x in out.splitlines() if x.startswith("prefix hit rate"))
-    assert line.split() == ["prefix", "hit", "rate", "(%)", f"{100 * a:.1f}", f"{100 * b:.1f}",
-                            f"{100 * (b - a):+.1f}", "pts", f"{(b / a - 1) * 100:+.1f}%", "better"]
+    assert line.split() == [
+        "prefix",
+        "hit",
+        "rate",
+        "(%)",
+        f"{100 * a:.1f}",
+        f"{100 * b:.1f}",
+        f"{100 * (b - a):+.1f}",
+        "pts",
+        f"{(b / a - 1) * 100:+.1f}%",
+        "better",
+    ]
     assert out.splitlines()[0].split()[:5] == ["metric", "A:", "paged+prefix", "B:", "engine"]
 
 
@@ -25,7 +35,12 @@ def test_whole_runs_pair_arms_by_name_and_write_html(tiny_run, tmp_path, capsys)
     text = capsys.readouterr().out
     assert text.count("metric ") == 3  # one table per arm
     page = out.read_text()
-    assert "<script" not in page and 'id="fig-cdf-ttft"' in page and "A: engine" in page and "B: engine" in page
+    assert (
+        "<script" not in page
+        and 'id="fig-cdf-ttft"' in page
+        and "A: engine" in page
+        and "B: engine" in page
+    )
 
 
 def test_identical_sides_have_zero_deltas(tiny_run):

@@ -33,8 +33,8 @@ def test_cdf_keeps_the_whole_tail(values):
     if n == 0:
         return
     assert x[-1] == values.max() and y[-1] == 1.0  # the slowest request is always drawn
-    tail = np.sort(values)[max(0, min(n - 50, int(n * 0.99))):]
-    np.testing.assert_array_equal(x[-tail.size:], tail)  # every point of the top 1% (at least 50)
+    tail = np.sort(values)[max(0, min(n - 50, int(n * 0.99))) :]
+    np.testing.assert_array_equal(x[-tail.size :], tail)  # every point of the top 1% (at least 50)
     assert x.size <= MAX_CDF_BODY_POINTS + tail.size
     assert np.all(np.diff(x) >= 0) and np.all(np.diff(y) > 0)
 

@@ -35,7 +35,9 @@ class Page(HTMLParser):
         self.tags.append(tag)
         if "id" in a:
             self.ids.add(a["id"])
-        self.refs += [v for k, v in attrs if k in ("href", "src", "xlink:href", "action", "srcset") and v]
+        self.refs += [
+            v for k, v in attrs if k in ("href", "src", "xlink:href", "action", "srcset") and v
+        ]
         if tag == "figure":
             self._figure = a["id"]
             self.figures[a["id"]] = {"title": a.get("data-title", ""), "svg": 0, "caption": ""}
@@ -79,8 +81,20 @@ def report(tiny_run, tmp_path_factory) -> tuple[str, Page]:
 
 ARMS = ["openclaw", "paged+prefix", "engine"]
 SECTIONS = ["headline", "gain", "latency", "memory", "load", "hits", "study-eviction", "provenance"]
-FIGURES = ["fig-gain", "fig-cdf-ttft", "fig-cdf-e2e", "fig-ttft-vs-prompt", "fig-kv-0", "fig-kv-1", "fig-kv-2",
-           "fig-queue", "fig-node-load", "fig-requests-per-node", "fig-hit-rate", "fig-study-eviction-bars"]
+FIGURES = [
+    "fig-gain",
+    "fig-cdf-ttft",
+    "fig-cdf-e2e",
+    "fig-ttft-vs-prompt",
+    "fig-kv-0",
+    "fig-kv-1",
+    "fig-kv-2",
+    "fig-queue",
+    "fig-node-load",
+    "fig-requests-per-node",
+    "fig-hit-rate",
+    "fig-study-eviction-bars",
+]
 
 
 def test_every_section_and_plot_is_present(report):
@@ -96,7 +110,9 @@ def test_every_section_and_plot_is_present(report):
 def test_self_contained_no_external_reference(report):
     text, page = report
     assert not {"script", "link", "img", "iframe", "object", "embed"} & set(page.tags)
-    assert all(ref.startswith("#") for ref in page.refs), [r for r in page.refs if not r.startswith("#")][:3]
+    assert all(ref.startswith("#") for ref in page.refs), [
+        r for r in page.refs if not r.startswith("#")
+    ][:3]
     assert all(u.startswith("url(#") for u in re.findall(r"url\([^)]*\)", text))
     assert "@import" not in text and "@font-face" not in text
     # The only URLs left are XML namespace names of the inline SVGs, which are never fetched.
@@ -107,8 +123,14 @@ def test_self_contained_no_external_reference(report):
 
 def test_plots_carry_axis_labels_with_units(report):
     text, _ = report
-    for label in ["time to first token (ms, log scale)", "prompt length (tokens)", "KV memory (GB)",
-                  "simulated time (s)", "requests (count)", "prompt tokens from cache (%)"]:
+    for label in [
+        "time to first token (ms, log scale)",
+        "prompt length (tokens)",
+        "KV memory (GB)",
+        "simulated time (s)",
+        "requests (count)",
+        "prompt tokens from cache (%)",
+    ]:
         assert label in text, label
 
 
@@ -123,7 +145,7 @@ def test_headline_marks_best_and_ratios(tiny_run, report):
 
 def test_provenance_footer(tiny_run, report):
     text, _ = report
-    footer = text[text.index('id="provenance"'):]
+    footer = text[text.index('id="provenance"') :]
     info = json.loads((tiny_run / "run_info.json").read_text())
     model = json.loads((tiny_run / "summary.json").read_text())["latency_model"]
     for item in ["seed", "version", "latency model", "date", "wall time", info["date"], model]:
@@ -148,11 +170,16 @@ def test_missing_optional_columns_and_files_still_render(tiny_run, tmp_path):
     (run / "config.json").unlink()
     for arm in ARMS:
         d = run / arm_dir_name(arm)
-        pd.read_csv(d / "requests.csv")[["arrival_s", "first_token_s", "finish_s", "prompt_tokens", "status"]] \
-            .to_csv(d / "requests.csv", index=False)
-        pd.read_csv(d / "timeseries.csv")[["time_s", "node"]].to_csv(d / "timeseries.csv", index=False)
+        pd.read_csv(d / "requests.csv")[
+            ["arrival_s", "first_token_s", "finish_s", "prompt_tokens", "status"]
+        ].to_csv(d / "requests.csv", index=False)
+        pd.read_csv(d / "timeseries.csv")[["time_s", "node"]].to_csv(
+            d / "timeseries.csv", index=False
+        )
     summary = json.loads((run / "summary.json").read_text())
-    summary["arms"] = {a: {"output_throughput": m["output_throughput"]} for a, m in summary["arms"].items()}
+    summary["arms"] = {
+        a: {"output_throughput": m["output_throughput"]} for a, m in summary["arms"].items()
+    }
     (run / "summary.json").write_text(json.dumps(summary))
     text, page = parse(write_report([run], tmp_path / "r.html"))
     assert {"headline", "latency", "memory", "load", "hits"} <= page.ids
@@ -166,8 +193,9 @@ def test_false_hit_section_appears_with_wrong_reuse(tiny_run, report, tmp_path):
     run = one_arm_copy(tiny_run, tmp_path / "fh")
     d = run / arm_dir_name("engine")
     requests = pd.read_csv(d / "requests.csv")
-    requests.assign(false_hits=(requests.request_id % 2), wrong_reuse_tokens=16 * (requests.request_id % 3 == 0)) \
-        .to_csv(d / "requests.csv", index=False)
+    requests.assign(
+        false_hits=(requests.request_id % 2), wrong_reuse_tokens=16 * (requests.request_id % 3 == 0)
+    ).to_csv(d / "requests.csv", index=False)
     summary = json.loads((run / "summary.json").read_text())
     summary["arms"]["engine"].update(false_hits=64, wrong_reuse_tokens=688)
     (run / "summary.json").write_text(json.dumps(summary))
@@ -181,7 +209,9 @@ def test_new_columns_get_their_sections(tiny_run, tmp_path):
     run = one_arm_copy(tiny_run, tmp_path / "extra")
     d = run / arm_dir_name("engine")
     series = pd.read_csv(d / "timeseries.csv")
-    series.assign(network_bytes=series.time_s * 1e6, widget_count=1.0).to_csv(d / "timeseries.csv", index=False)
+    series.assign(network_bytes=series.time_s * 1e6, widget_count=1.0).to_csv(
+        d / "timeseries.csv", index=False
+    )
     _, page = parse(write_report([run], tmp_path / "r.html"))
     assert {"study-network", "other-series"} <= page.ids
     assert {"fig-study-network-series", "fig-other-series-0"} <= set(page.figures)
@@ -200,7 +230,11 @@ def test_chromium_renders_without_console_errors(report, tmp_path):
     page = tmp_path / "r.html"
     page.write_text(report[0], encoding="utf-8")
     script = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
-    done = subprocess.run([str(script), str(page), str(tmp_path / "r.png"), "1000", "1200"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(script), str(page), str(tmp_path / "r.png"), "1000", "1200"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -19,8 +19,18 @@ def write_config(tmp_path, data) -> str:
 
 
 def run(tmp_path, cfg, out="run", extra=()):
-    return main(["run", "--config", write_config(tmp_path, cfg), "--out", str(tmp_path / out),
-                 "--quiet", "--no-report", *extra])
+    return main(
+        [
+            "run",
+            "--config",
+            write_config(tmp_path, cfg),
+            "--out",
+            str(tmp_path / out),
+            "--quiet",
+            "--no-report",
+            *extra,
+        ]
+    )
 
 
 def test_run_writes_every_output_and_all_builtin_arms(tmp_path, tiny_config):
@@ -29,10 +39,24 @@ def test_run_writes_every_output_and_all_builtin_arms(tmp_path, tiny_config):
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["arms"]) == ["openclaw", "paged", "paged+prefix", "engine"]
     for arm, metrics in summary["arms"].items():
-        for key in ("request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms",
-                    "p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "p99_e2el_ms",
-                    "prefix_hit_rate", "peak_kv_bytes", "kv_utilization", "oom_events", "preemptions",
-                    "completed", "failed"):
+        for key in (
+            "request_throughput",
+            "output_throughput",
+            "total_token_throughput",
+            "mean_ttft_ms",
+            "p50_ttft_ms",
+            "p99_ttft_ms",
+            "mean_tpot_ms",
+            "p99_tpot_ms",
+            "p99_e2el_ms",
+            "prefix_hit_rate",
+            "peak_kv_bytes",
+            "kv_utilization",
+            "oom_events",
+            "preemptions",
+            "completed",
+            "failed",
+        ):
             assert key in metrics, (arm, key)
         requests = pd.read_csv(out / arm / "requests.csv")
         assert list(requests.columns[: len(REQUEST_COLUMNS)]) == REQUEST_COLUMNS
@@ -64,7 +88,9 @@ def test_arms_flag_selects_arms(tmp_path, tiny_config):
         ({"arms": {"x": {"cache": {"page_size": 3}}}}, "arms.x: cache.page_size"),
     ],
 )
-def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path, tiny_config, capsys, patch, needle):
+def test_bad_input_exits_2_with_one_line_and_no_run_dir(
+    tmp_path, tiny_config, capsys, patch, needle
+):
     assert run(tmp_path, {**tiny_config, **patch}) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
@@ -93,9 +119,19 @@ def test_out_must_be_new_empty_or_an_earlier_run(tmp_path, tiny_config, capsys):
 
 
 def test_a_closed_loop_whose_requests_never_fit_stops_with_one_line(tmp_path, tiny_config, capsys):
-    cfg = {**tiny_config, "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
-           "workload": {"name": "seed", "params": {"num_clients": 2, "input_min": 100000, "input_max": 100000,
-                                                   "long_share": 0.0}}}
+    cfg = {
+        **tiny_config,
+        "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
+        "workload": {
+            "name": "seed",
+            "params": {
+                "num_clients": 2,
+                "input_min": 100000,
+                "input_max": 100000,
+                "long_share": 0.0,
+            },
+        },
+    }
     assert run(tmp_path, cfg, extra=["--arms", "engine"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "can never fit one node" in err

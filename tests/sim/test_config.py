@@ -62,5 +62,7 @@ def test_page_bytes_must_be_a_multiple_of_256():
 
 
 def test_reader_race_window_is_for_local_pages_only():
-    with pytest.raises(ConfigError, match=r"^config: cache.race_window_s > 0 needs placement.policy: local_only$"):
+    with pytest.raises(
+        ConfigError, match=r"^config: cache.race_window_s > 0 needs placement.policy: local_only$"
+    ):
         parse_config({"cache": {"race_window_s": 0.02}, "placement": {"policy": "spill"}})

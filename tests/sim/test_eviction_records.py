@@ -24,5 +24,6 @@ def test_a_later_request_evicts_the_first_ones_pages_and_their_positions_are_cou
     assert cache.evicted_by_depth.tolist() == [0, 1, 1, 1, 1, 1]
     cluster = SimpleNamespace(nodes=[node], page_size=16)
     frame = eviction_frame(cluster, "arm")
-    assert frame[["prefix_position_from", "prefix_position_to", "evicted_pages"]].values.tolist() == [
-        [0, 16, 1], [16, 32, 1], [32, 64, 2], [64, 128, 1]]
+    assert frame[
+        ["prefix_position_from", "prefix_position_to", "evicted_pages"]
+    ].values.tolist() == [[0, 16, 1], [16, 32, 1], [32, 64, 2], [64, 128, 1]]

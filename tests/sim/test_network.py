@@ -15,8 +15,13 @@ LINK = {"bandwidth_bytes_per_s": 1000.0, "latency_s": 1.0, "max_message_bytes": 
 
 
 def make_net(mode: str, num_nodes: int = 3, **link) -> Network:
-    cfg = NetworkConfig(link={**LINK, **link}, mode=mode, kernel_message_s=2.0,
-                        kernel_copy_bytes_per_s=100.0, rdma_post_s=0.01)
+    cfg = NetworkConfig(
+        link={**LINK, **link},
+        mode=mode,
+        kernel_message_s=2.0,
+        kernel_copy_bytes_per_s=100.0,
+        rdma_post_s=0.01,
+    )
     return Network(cfg, num_nodes=num_nodes, lanes=1, page_size=4, token_bytes=64, num_layers=2)
 
 

@@ -20,17 +20,27 @@ PAGE = 16
 
 def make_node(num_pages: int = 64, budget: int = 4096, step_s: float = 0.01):
     env = simpy.Environment()
-    cache = PagedKVCache(num_pages, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams()))
+    cache = PagedKVCache(
+        num_pages, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams())
+    )
     finished: list[Sequence] = []
-    node = Node(env, 0, NodeConfig(num_gpus=1, tp=1, max_num_batched_tokens=budget), PagedKV(cache, 1024),
-                ConstantLatency(step_s), finished.append)
+    node = Node(
+        env,
+        0,
+        NodeConfig(num_gpus=1, tp=1, max_num_batched_tokens=budget),
+        PagedKV(cache, 1024),
+        ConstantLatency(step_s),
+        finished.append,
+    )
     return env, node, cache, finished
 
 
 def test_second_request_reuses_exactly_three_shared_pages():
     env, node, cache, finished = make_node()
     shared = np.arange(48)  # 3 full pages
-    a = submit_at(env, node, 0.0, make_request(0, np.concatenate([shared, [900, 901, 902, 903, 904]])))
+    a = submit_at(
+        env, node, 0.0, make_request(0, np.concatenate([shared, [900, 901, 902, 903, 904]]))
+    )
     b = submit_at(env, node, 0.05, make_request(1, np.concatenate([shared, np.arange(1000, 1007)])))
     env.run(until=1.0)
     assert [s.req.request_id for s in finished] == [0, 1]
@@ -90,12 +100,22 @@ def test_a_blocked_waiting_head_records_its_prefix_hit_once():
     shared = np.arange(32)
     c = submit_at(env, node, 0.0, make_request(0, np.concatenate([shared, [5]]), output_tokens=1))
     a = submit_at(env, node, 0.05, make_request(1, np.arange(500, 563), output_tokens=30))
-    b = submit_at(env, node, 0.06, make_request(2, np.concatenate([shared, np.arange(900, 960)]), output_tokens=1))
+    b = submit_at(
+        env,
+        node,
+        0.06,
+        make_request(2, np.concatenate([shared, np.arange(900, 960)]), output_tokens=1),
+    )
     env.run(until=5.0)
     assert [s.req.request_id for s in finished] == [0, 1, 2]
     assert b.first_token_s > a.finish_s  # B waited through many steps
-    shared_pages = [p for p in range(cache.pool.num_pages) if cache.index.indexed[p] and cache.index.depth[p] <= 2
-                    and cache.stats.created_s[p] == pytest.approx(c.first_token_s)]
+    shared_pages = [
+        p
+        for p in range(cache.pool.num_pages)
+        if cache.index.indexed[p]
+        and cache.index.depth[p] <= 2
+        and cache.stats.created_s[p] == pytest.approx(c.first_token_s)
+    ]
     assert len(shared_pages) == 2
     assert cache.stats.hit_count[shared_pages].tolist() == [2, 2]  # stored by C, hit once by B
     assert b.cached_tokens == 32 and b.false_hits == 0
@@ -105,11 +125,23 @@ def test_an_idle_node_wakes_when_cached_pages_leave_the_race_window():
     # Epoch reclamation with readers outliving each step by 0.5 s: A's cached pages cannot be
     # evicted before 0.5 s after its last step. B needs them; the idle node must wake by itself.
     env = simpy.Environment()
-    cache = PagedKVCache(8, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams()),
-                         race_window_s=0.5)
+    cache = PagedKVCache(
+        8,
+        PAGE,
+        PAGE * 1024,
+        eviction=LRU(NoParams()),
+        admission=Always(NoParams()),
+        race_window_s=0.5,
+    )
     finished: list[Sequence] = []
-    node = Node(env, 0, NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0), PagedKV(cache, 1024),
-                ConstantLatency(0.01), finished.append)
+    node = Node(
+        env,
+        0,
+        NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0),
+        PagedKV(cache, 1024),
+        ConstantLatency(0.01),
+        finished.append,
+    )
     submit_at(env, node, 0.0, make_request(0, np.arange(64), output_tokens=1))
     b = submit_at(env, node, 0.02, make_request(1, np.arange(1000, 1090), output_tokens=1))
     env.run(until=10.0)
@@ -119,10 +151,22 @@ def test_an_idle_node_wakes_when_cached_pages_leave_the_race_window():
 
 def test_takeable_pages_leave_out_cached_pages_a_reader_may_still_hold():
     env = simpy.Environment()
-    cache = PagedKVCache(8, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams()),
-                         race_window_s=0.5)
-    node = Node(env, 0, NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0), PagedKV(cache, 1024),
-                ConstantLatency(0.01), lambda seq: None)
+    cache = PagedKVCache(
+        8,
+        PAGE,
+        PAGE * 1024,
+        eviction=LRU(NoParams()),
+        admission=Always(NoParams()),
+        race_window_s=0.5,
+    )
+    node = Node(
+        env,
+        0,
+        NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0),
+        PagedKV(cache, 1024),
+        ConstantLatency(0.01),
+        lambda seq: None,
+    )
     submit_at(env, node, 0.0, make_request(0, np.arange(64), output_tokens=1))
     env.run(until=0.1)  # finished at 0.01: its 4 full pages stay cached, readers until ~0.51
     assert cache.pool.num_cached == 4 and cache.available_pages() == 8

@@ -86,7 +86,9 @@ def test_out_of_range_ids_are_rejected(bad):
         encode(bad)
 
 
-@pytest.mark.parametrize("data", [b"", b"\x00\x00", bytes([0xB1, 1, 2]), encode({0: [1]}) + b"\x00"])
+@pytest.mark.parametrize(
+    "data", [b"", b"\x00\x00", bytes([0xB1, 1, 2]), encode({0: [1]}) + b"\x00"]
+)
 def test_malformed_bytes_are_rejected(data):
     with pytest.raises(ValueError):
         decode(data)
@@ -98,8 +100,11 @@ def test_kind_counts():
 
 
 # -- properties ---------------------------------------------------------------------------------
-page_ids = st.one_of(st.integers(0, 3 * CHUNK_PAGES), st.integers(0, MAX_PAGE_ID),
-                     st.integers(MAX_PAGE_ID - 2 * CHUNK_PAGES, MAX_PAGE_ID))
+page_ids = st.one_of(
+    st.integers(0, 3 * CHUNK_PAGES),
+    st.integers(0, MAX_PAGE_ID),
+    st.integers(MAX_PAGE_ID - 2 * CHUNK_PAGES, MAX_PAGE_ID),
+)
 indexes = st.dictionaries(st.integers(0, 1 << 20), st.lists(page_ids, max_size=60), max_size=4)
 
 
@@ -110,12 +115,18 @@ def test_roundtrip_arbitrary_sets(index):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(0, MAX_PAGE_ID - 20_000), st.integers(1, 20_000), st.floats(0.0, 1.0),
-       st.integers(0, 2**32 - 1))
+@given(
+    st.integers(0, MAX_PAGE_ID - 20_000),
+    st.integers(1, 20_000),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**32 - 1),
+)
 def test_roundtrip_random_densities_and_ranges(base, span, density, seed):
     rng = np.random.default_rng(seed)
     offsets = np.flatnonzero(rng.random(span) < density)
     index = {7: [base + int(o) for o in offsets]}
     roundtrip(index)
-    if density == 1.0:  # a full range: one run per chunk (<= 6 bytes) after the first chunk's number
+    if (
+        density == 1.0
+    ):  # a full range: one run per chunk (<= 6 bytes) after the first chunk's number
         assert encoded_size({7: range(base, base + span)}) <= 4 + 8 + 6 * (span // CHUNK_PAGES + 2)

@@ -33,21 +33,38 @@ TB = 131072  # llama-3-8b KV bytes per token
 BW = TB * 1000.0  # one token per millisecond
 
 
-def make_cluster(policy: str, num_nodes: int = 3, pages: int = 8, prefix_cache: bool = False, **placement):
-    cfg = parse_config({
-        "model": "llama-3-8b", "cluster": {"num_nodes": num_nodes},
-        "node": {"num_gpus": 1, "tp": 1, "admission_watermark": 0},
-        "placement": {"policy": policy, **placement},
-        "network": {"mode": "rdma", "rdma_post_s": 0,
-                    "link": {"bandwidth_bytes_per_s": BW, "latency_s": 0, "max_message_bytes": 65536}},
-    })
+def make_cluster(
+    policy: str, num_nodes: int = 3, pages: int = 8, prefix_cache: bool = False, **placement
+):
+    cfg = parse_config(
+        {
+            "model": "llama-3-8b",
+            "cluster": {"num_nodes": num_nodes},
+            "node": {"num_gpus": 1, "tp": 1, "admission_watermark": 0},
+            "placement": {"policy": policy, **placement},
+            "network": {
+                "mode": "rdma",
+                "rdma_post_s": 0,
+                "link": {"bandwidth_bytes_per_s": BW, "latency_s": 0, "max_message_bytes": 65536},
+            },
+        }
+    )
     env = simpy.Environment()
     finished: list[Sequence] = []
     nodes = []
     for i in range(num_nodes):
-        cache = PagedKVCache(pages, PAGE, PAGE * TB, eviction=LRU(NoParams()), admission=Always(NoParams()),
-                             prefix_cache=prefix_cache, node_id=i)
-        nodes.append(Node(env, i, cfg.node, PagedKV(cache, TB), ConstantLatency(STEP_S), finished.append))
+        cache = PagedKVCache(
+            pages,
+            PAGE,
+            PAGE * TB,
+            eviction=LRU(NoParams()),
+            admission=Always(NoParams()),
+            prefix_cache=prefix_cache,
+            node_id=i,
+        )
+        nodes.append(
+            Node(env, i, cfg.node, PagedKV(cache, TB), ConstantLatency(STEP_S), finished.append)
+        )
     return env, nodes, make_placement(cfg, nodes), finished
 
 
@@ -114,7 +131,9 @@ def test_shard_stripes_over_the_owner_and_the_roomiest_peers():
 
 
 def test_short_prompts_stay_local_under_shard():
-    env, nodes, placement, _ = make_cluster("shard", shard_nodes=3, stripe_pages=2, min_prompt_tokens=97)
+    env, nodes, placement, _ = make_cluster(
+        "shard", shard_nodes=3, stripe_pages=2, min_prompt_tokens=97
+    )
     seq = submit(env, nodes[0], 0.0, make_request(0, np.arange(96), output_tokens=2))
     env.run(until=0.5)
     assert seq.status is Status.FINISHED and not placement.remote_requests
@@ -159,8 +178,11 @@ def test_can_ever_fit():
     assert short.can_ever_fit(seq_of(127)) and not short.can_ever_fit(seq_of(128))  # one node
 
 
-request_lists = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 300), st.integers(1, 20),
-                                  st.floats(0, 0.2)), min_size=1, max_size=12)
+request_lists = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(1, 300), st.integers(1, 20), st.floats(0, 0.2)),
+    min_size=1,
+    max_size=12,
+)
 
 
 def run_random(policy: str, reqs, feasible: bool):
@@ -171,14 +193,18 @@ def run_random(policy: str, reqs, feasible: bool):
         need = -(-(prompt + output) // PAGE)
         if placement.can_ever_fit(seq) and (not feasible or pages + need <= 3 * 8):
             pages += need
-            seqs.append(submit(env, nodes[node], t, make_request(i, np.arange(prompt) + 1000 * i, output)))
+            seqs.append(
+                submit(env, nodes[node], t, make_request(i, np.arange(prompt) + 1000 * i, output))
+            )
     env.run(until=30.0)
     return nodes, placement, seqs
 
 
 @settings(max_examples=30, deadline=None)
 @given(policy=st.sampled_from(["spill", "shard"]), reqs=request_lists)
-def test_when_everything_fits_at_once_every_request_finishes_and_every_page_comes_back(policy, reqs):
+def test_when_everything_fits_at_once_every_request_finishes_and_every_page_comes_back(
+    policy, reqs
+):
     nodes, placement, seqs = run_random(policy, reqs, feasible=True)
     assert all(s.status is Status.FINISHED for s in seqs)
     check_clean(nodes, placement)
@@ -200,13 +226,27 @@ def test_under_any_load_pages_are_conserved_and_counted_where_they_live(policy, 
 # -- end to end through `kvsched run` -------------------------------------------------------------
 def long_config(tiny_config) -> dict:
     """Two tiny nodes (~17.5K tokens of KV each) and 20K-token requests that no node can hold."""
-    cfg = {**tiny_config, "duration_s": 20, "cluster": {"num_nodes": 2}, "network": {"mode": "rdma"}}
+    cfg = {
+        **tiny_config,
+        "duration_s": 20,
+        "cluster": {"num_nodes": 2},
+        "network": {"mode": "rdma"},
+    }
     cfg["node"] = {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.13}
-    cfg["workload"] = {"name": "long_context", "params": {
-        **tiny_config["workload"]["params"], "context_share": 0.3, "context_tokens": 20000}}
+    cfg["workload"] = {
+        "name": "long_context",
+        "params": {
+            **tiny_config["workload"]["params"],
+            "context_share": 0.3,
+            "context_tokens": 20000,
+        },
+    }
     cfg["placement"] = {"min_prompt_tokens": 10000}
-    cfg["arms"] = {"local_only": {}, "spill": {"placement": {"policy": "spill"}},
-                   "shard": {"placement": {"policy": "shard", "shard_nodes": 2}}}
+    cfg["arms"] = {
+        "local_only": {},
+        "spill": {"placement": {"policy": "spill"}},
+        "shard": {"placement": {"policy": "shard", "shard_nodes": 2}},
+    }
     return cfg
 
 
@@ -215,7 +255,9 @@ def run_cli(tmp_path, cfg, out="run") -> int:
 
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return main(["run", "--config", str(path), "--out", str(tmp_path / out), "--quiet", "--no-report"])
+    return main(
+        ["run", "--config", str(path), "--out", str(tmp_path / out), "--quiet", "--no-report"]
+    )
 
 
 def test_long_requests_fail_locally_and_are_served_across_nodes(tmp_path, tiny_config):
@@ -236,17 +278,31 @@ def test_placed_runs_are_deterministic(tmp_path, tiny_config):
     cfg = long_config(tiny_config)
     cfg["arms"] = {"spill": cfg["arms"]["spill"]}
     assert run_cli(tmp_path, cfg, "a") == 0 and run_cli(tmp_path, cfg, "b") == 0
-    assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
+    assert (tmp_path / "a" / "summary.json").read_bytes() == (
+        tmp_path / "b" / "summary.json"
+    ).read_bytes()
 
 
-@pytest.mark.parametrize(("patch", "needle"), [
-    ({"network": {"link": {"preset": "rdma-400g", "bandwidth_bytes_per_s": 0}}},
-     "network.link.bandwidth_bytes_per_s: Input should be greater than 0"),
-    ({"placement": {"policy": "shard", "shard_nodes": 3}}, "shard_nodes=3 is larger than the cluster"),
-    ({"network": {"link": {"preset": "rdma-400g", "max_message_bytes": 8}}},
-     "max_message_bytes=8 cannot hold one page's index entry"),
-])
-def test_bad_network_or_placement_exits_2_with_one_line(tmp_path, tiny_config, capsys, patch, needle):
+@pytest.mark.parametrize(
+    ("patch", "needle"),
+    [
+        (
+            {"network": {"link": {"preset": "rdma-400g", "bandwidth_bytes_per_s": 0}}},
+            "network.link.bandwidth_bytes_per_s: Input should be greater than 0",
+        ),
+        (
+            {"placement": {"policy": "shard", "shard_nodes": 3}},
+            "shard_nodes=3 is larger than the cluster",
+        ),
+        (
+            {"network": {"link": {"preset": "rdma-400g", "max_message_bytes": 8}}},
+            "max_message_bytes=8 cannot hold one page's index entry",
+        ),
+    ],
+)
+def test_bad_network_or_placement_exits_2_with_one_line(
+    tmp_path, tiny_config, capsys, patch, needle
+):
     cfg = {**long_config(tiny_config), **patch, "arms": {}}
     assert run_cli(tmp_path, cfg) == 2
     err = capsys.readouterr().err

@@ -18,15 +18,23 @@ from workloads.request import Workload
 
 
 def cluster_for(requests, **router) -> Cluster:
-    cfg = parse_config({
-        "duration_s": 5, "model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1},
-        "cluster": {"num_nodes": 2}, "router": router,
-    })
+    cfg = parse_config(
+        {
+            "duration_s": 5,
+            "model": "llama-3-8b",
+            "node": {"num_gpus": 1, "tp": 1},
+            "cluster": {"num_nodes": 2},
+            "router": router,
+        }
+    )
     return Cluster(cfg, Workload("hand", iter(requests)), np.random.default_rng(0))
 
 
 def three_at_zero(first_tokens=(0, 0, 0)):
-    return [make_request(i, np.arange(first, first + 64), arrival_s=0.0) for i, first in enumerate(first_tokens)]
+    return [
+        make_request(i, np.arange(first, first + 64), arrival_s=0.0)
+        for i, first in enumerate(first_tokens)
+    ]
 
 
 def routed_times(cluster: Cluster) -> list[float]:
@@ -35,13 +43,15 @@ def routed_times(cluster: Cluster) -> list[float]:
 
 
 def test_one_lane_serves_decisions_one_after_another():
-    assert routed_times(cluster_for(three_at_zero(), lanes=1, decision_time_s=0.001)) == pytest.approx(
-        [0.001, 0.002, 0.003], abs=1e-12)
+    assert routed_times(
+        cluster_for(three_at_zero(), lanes=1, decision_time_s=0.001)
+    ) == pytest.approx([0.001, 0.002, 0.003], abs=1e-12)
 
 
 def test_two_any_lanes_decide_two_at_a_time():
-    assert routed_times(cluster_for(three_at_zero(), lanes=2, decision_time_s=0.001)) == pytest.approx(
-        [0.001, 0.001, 0.002], abs=1e-12)
+    assert routed_times(
+        cluster_for(three_at_zero(), lanes=2, decision_time_s=0.001)
+    ) == pytest.approx([0.001, 0.001, 0.002], abs=1e-12)
 
 
 def test_prefix_lanes_queue_one_shared_prefix_on_one_lane():
@@ -65,7 +75,9 @@ def test_zero_decision_time_routes_at_arrival():
 
 def test_router_wait_adds_exactly_to_ttft():
     def ttft(decision_time_s: float) -> float:
-        cluster = cluster_for([make_request(0, np.arange(64), arrival_s=0.0)], decision_time_s=decision_time_s)
+        cluster = cluster_for(
+            [make_request(0, np.arange(64), arrival_s=0.0)], decision_time_s=decision_time_s
+        )
         cluster.run()
         seq = cluster.sequences[0]
         return seq.first_token_s - seq.arrival_s
@@ -74,17 +86,37 @@ def test_router_wait_adds_exactly_to_ttft():
 
 
 def tiny(tmp_path, routing: dict, **extra) -> dict:
-    return {"name": "tiny", "seed": 1, "duration_s": 4, "model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1},
-            "cluster": {"num_nodes": 2}, "policies": {"routing": routing}, "arms": {"a": {}}, **extra,
-            "workload": {"name": "seed", "params": {"num_clients": 4, "input_min": 64, "input_max": 256,
-                                                    "long_share": 0.0, "system_prompt_tokens": 64,
-                                                    "output_min": 4, "output_max": 8}}}
+    return {
+        "name": "tiny",
+        "seed": 1,
+        "duration_s": 4,
+        "model": "llama-3-8b",
+        "node": {"num_gpus": 1, "tp": 1},
+        "cluster": {"num_nodes": 2},
+        "policies": {"routing": routing},
+        "arms": {"a": {}},
+        **extra,
+        "workload": {
+            "name": "seed",
+            "params": {
+                "num_clients": 4,
+                "input_min": 64,
+                "input_max": 256,
+                "long_share": 0.0,
+                "system_prompt_tokens": 64,
+                "output_min": 4,
+                "output_max": 8,
+            },
+        },
+    }
 
 
 def run(tmp_path, cfg, out="run") -> int:
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return main(["run", "--config", str(path), "--out", str(tmp_path / out), "--quiet", "--no-report"])
+    return main(
+        ["run", "--config", str(path), "--out", str(tmp_path / out), "--quiet", "--no-report"]
+    )
 
 
 @pytest.mark.parametrize("policy", sorted(ROUTING))
@@ -95,24 +127,54 @@ def test_every_routing_policy_runs_a_cluster(tmp_path, policy):
     assert 0.5 <= metrics["max_node_request_share"] <= 1.0
 
 
-@pytest.mark.parametrize("routing", [{"name": "kv_cost", "params": {"temperature": 0.5}},
-                                     {"name": "decentralized", "params": {"num_routers": 3}}])
+@pytest.mark.parametrize(
+    "routing",
+    [
+        {"name": "kv_cost", "params": {"temperature": 0.5}},
+        {"name": "decentralized", "params": {"num_routers": 3}},
+    ],
+)
 def test_seeded_routing_is_byte_identical(tmp_path, routing):
     assert run(tmp_path, tiny(tmp_path, routing), "a") == 0
     assert run(tmp_path, tiny(tmp_path, routing), "b") == 0
-    assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
+    assert (tmp_path / "a" / "summary.json").read_bytes() == (
+        tmp_path / "b" / "summary.json"
+    ).read_bytes()
 
 
 @pytest.mark.parametrize(
     ("routing", "extra", "needle"),
     [
-        ({"name": "telepathy"}, {}, "policies.routing.name: unknown policy 'telepathy'; allowed: decentralized"),
-        ({"name": "prefix_affinity", "params": {"load_threshold": 1.5}}, {}, "policies.routing.params.load_threshold"),
-        ({"name": "sglang_cache_aware", "params": {"cache_threshold": 2}}, {}, "policies.routing.params.cache_threshold"),
-        ({"name": "sglang_cache_aware", "params": {"balance_rel_threshold": 0.5}}, {},
-         "policies.routing.params.balance_rel_threshold"),
-        ({"name": "kv_cost", "params": {"temperature": -1}}, {}, "policies.routing.params.temperature"),
-        ({"name": "decentralized", "params": {"num_routers": 0}}, {}, "policies.routing.params.num_routers"),
+        (
+            {"name": "telepathy"},
+            {},
+            "policies.routing.name: unknown policy 'telepathy'; allowed: decentralized",
+        ),
+        (
+            {"name": "prefix_affinity", "params": {"load_threshold": 1.5}},
+            {},
+            "policies.routing.params.load_threshold",
+        ),
+        (
+            {"name": "sglang_cache_aware", "params": {"cache_threshold": 2}},
+            {},
+            "policies.routing.params.cache_threshold",
+        ),
+        (
+            {"name": "sglang_cache_aware", "params": {"balance_rel_threshold": 0.5}},
+            {},
+            "policies.routing.params.balance_rel_threshold",
+        ),
+        (
+            {"name": "kv_cost", "params": {"temperature": -1}},
+            {},
+            "policies.routing.params.temperature",
+        ),
+        (
+            {"name": "decentralized", "params": {"num_routers": 0}},
+            {},
+            "policies.routing.params.num_routers",
+        ),
         ({"name": "round_robin"}, {"cluster": {"num_nodes": 0}}, "cluster.num_nodes"),
         ({"name": "round_robin"}, {"router": {"lanes": 0}}, "router.lanes"),
         ({"name": "round_robin"}, {"router": {"decision_time_s": -1}}, "router.decision_time_s"),

@@ -38,7 +38,9 @@ def test_linear_walk_stops_at_a_gap():
 
 
 chains = st.lists(st.integers(1, 6), min_size=1, max_size=5)
-events = st.lists(st.tuples(st.sampled_from(["stored", "removed"]), st.integers(0, 3), chains), max_size=40)
+events = st.lists(
+    st.tuples(st.sampled_from(["stored", "removed"]), st.integers(0, 3), chains), max_size=40
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -54,7 +56,10 @@ def test_linear_walk_equals_a_per_node_set_model(evs, query):
         while depth < len(query) and query[depth] in held[node]:
             depth += 1
         expected.append(depth)
-    assert longest_prefix_linear(table.key_to_nodes, np.array(query, dtype=np.uint64), 4).tolist() == expected
+    assert (
+        longest_prefix_linear(table.key_to_nodes, np.array(query, dtype=np.uint64), 4).tolist()
+        == expected
+    )
     for key, mask in table.key_to_nodes.items():
         assert mask and mask == sum(1 << n for n in range(4) if key in held[n])
 
@@ -77,7 +82,9 @@ def test_bisection_equals_the_linear_walk_on_prefix_closed_tables(steps, query):
             table.on_cache_event("stored", [key(p) for p in prefixes], node)
         else:  # evict the path's last page and everything below it
             cut = prefixes[-1]
-            table.on_cache_event("removed", [k for p, k in key_of.items() if p[: len(cut)] == cut], node)
+            table.on_cache_event(
+                "removed", [k for p, k in key_of.items() if p[: len(cut)] == cut], node
+            )
     query_keys = np.array([key(tuple(query[: d + 1])) for d in range(len(query))], dtype=np.uint64)
     expected = longest_prefix_linear(table.key_to_nodes, query_keys, 4).tolist()
     assert longest_prefix(table.key_to_nodes, query_keys, 4).tolist() == expected
@@ -85,14 +92,28 @@ def test_bisection_equals_the_linear_walk_on_prefix_closed_tables(steps, query):
 
 def small_cluster() -> Cluster:
     """Two Llama-3-8B nodes with a ~400-page KV pool each: random prompts force evictions."""
-    cfg = parse_config({
-        "seed": 3, "duration_s": 40, "model": "llama-3-8b", "cluster": {"num_nodes": 2},
-        "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
-        "policies": {"routing": {"name": "prefix_affinity"}},
-        "workload": {"name": "seed", "params": {"num_clients": 6, "input_min": 256, "input_max": 1024,
-                                                "long_share": 0.0, "system_prompt_tokens": 128,
-                                                "output_min": 4, "output_max": 8}},
-    })
+    cfg = parse_config(
+        {
+            "seed": 3,
+            "duration_s": 40,
+            "model": "llama-3-8b",
+            "cluster": {"num_nodes": 2},
+            "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
+            "policies": {"routing": {"name": "prefix_affinity"}},
+            "workload": {
+                "name": "seed",
+                "params": {
+                    "num_clients": 6,
+                    "input_min": 256,
+                    "input_max": 1024,
+                    "long_share": 0.0,
+                    "system_prompt_tokens": 128,
+                    "output_min": 4,
+                    "output_max": 8,
+                },
+            },
+        }
+    )
     workload = make_workload("seed", cfg.workload.params, np.random.default_rng(0))
     return Cluster(cfg, workload, np.random.default_rng(1))
 
@@ -115,7 +136,9 @@ def test_routing_table_matches_the_caches_through_evictions():
         for node in cluster.nodes:  # the caches are prefix-closed: bisection = page-by-page walk
             for seq in [*node.waiting, *node.running]:
                 table = cluster.table.key_to_nodes
-                assert (longest_prefix(table, seq.keys, 2) == longest_prefix_linear(table, seq.keys, 2)).all()
+                assert (
+                    longest_prefix(table, seq.keys, 2) == longest_prefix_linear(table, seq.keys, 2)
+                ).all()
 
     cluster.run(progress=check)
     evicted = sum(node.kv.cache.num_evicted_pages for node in cluster.nodes)
@@ -137,8 +160,16 @@ def test_approx_table_inserts_match_and_trim_leaves_first():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 2), min_size=1, max_size=5),
-                          st.integers(0, 6)), max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.lists(st.integers(0, 2), min_size=1, max_size=5),
+            st.integers(0, 6),
+        ),
+        max_size=30,
+    )
+)
 def test_approx_table_stays_prefix_closed_and_consistent(steps):
     """Prompts are paths in a small tree; a page's key names its whole prefix (as chained keys do)."""
     table, key_of = ApproxPrefixTable(3), {}
@@ -153,4 +184,6 @@ def test_approx_table_stays_prefix_closed_and_consistent(steps):
         for n in range(3):
             held = {prefix_of[k] for k in table.node_keys[n]}
             assert all(p[:-1] in held for p in held if len(p) > 1)  # prefix-closed
-            assert set(table.node_keys[n]) == {k for k, mask in table.key_to_nodes.items() if mask >> n & 1}
+            assert set(table.node_keys[n]) == {
+                k for k, mask in table.key_to_nodes.items() if mask >> n & 1
+            }

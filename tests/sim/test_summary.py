@@ -13,7 +13,10 @@ from sim.metrics import REQUEST_COLUMNS, SERIES_COLUMNS, summarize
 
 def fake_cluster(mechanism: str = "paged"):
     kv = SimpleNamespace()  # no cache, no oom counter: both count 0
-    nodes = [SimpleNamespace(kv=kv, num_preemptions=1, busy_s=5.0), SimpleNamespace(kv=kv, num_preemptions=2, busy_s=15.0)]
+    nodes = [
+        SimpleNamespace(kv=kv, num_preemptions=1, busy_s=5.0),
+        SimpleNamespace(kv=kv, num_preemptions=2, busy_s=15.0),
+    ]
     cfg = SimpleNamespace(duration_s=10.0, cache=SimpleNamespace(mechanism=mechanism))
     return SimpleNamespace(cfg=cfg, nodes=nodes, placement=None)
 
@@ -23,7 +26,24 @@ def requests() -> pd.DataFrame:
         # id, arm, node, tag, arrival, first token, finish, prompt, cached, output, preempt, fh, wrong, status, routed, uaf
         (0, "a", 0, "", 0.0, 0.1, 1.1, 100, 50, 11, 0, 0, 0, "finished", 0.0, 0),
         (1, "a", 1, "", 1.0, 1.3, 3.3, 300, 0, 5, 0, 1, 0, "finished", 1.0, 0),
-        (2, "a", 1, "", 2.0, 2.2, 2.2, 100, 100, 1, 0, 0, 0, "finished", 2.0, 0),  # one output: no TPOT
+        (
+            2,
+            "a",
+            1,
+            "",
+            2.0,
+            2.2,
+            2.2,
+            100,
+            100,
+            1,
+            0,
+            0,
+            0,
+            "finished",
+            2.0,
+            0,
+        ),  # one output: no TPOT
         (3, "a", 0, "", 5.0, np.nan, np.nan, 400, 0, 0, 0, 0, 0, "unfinished", 5.0, 0),
         (4, "a", -1, "", 6.0, np.nan, 6.0, 900, 0, 0, 0, 0, 0, "failed", 6.0, 0),
     ]
@@ -35,9 +55,19 @@ def series() -> pd.DataFrame:
     rows = []
     for t, alloc, cached, retired, pool, live in [(0.0, 10, 5, 1, 40, 8), (1.0, 30, 2, 3, 60, 20)]:
         for node in (0, 1):
-            rows.append({**base, "time_s": t, "node": node, "kv_allocated_bytes": alloc, "kv_cached_bytes": cached,
-                         "kv_retired_bytes": retired, "kv_pool_bytes": pool, "kv_live_bytes": live,
-                         "load": 0.2 if node == 0 else 0.6})
+            rows.append(
+                {
+                    **base,
+                    "time_s": t,
+                    "node": node,
+                    "kv_allocated_bytes": alloc,
+                    "kv_cached_bytes": cached,
+                    "kv_retired_bytes": retired,
+                    "kv_pool_bytes": pool,
+                    "kv_live_bytes": live,
+                    "load": 0.2 if node == 0 else 0.6,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -29,10 +29,16 @@ def test_long_requests_carry_the_seed_system_prompt_and_the_rest_is_the_seed_str
     ref = seed_requests(SeedParams(), seed_rng)
     for r in seed_like[:20]:
         expected = next(ref)
-        assert np.array_equal(r.prompt, expected.prompt) and r.output_tokens == expected.output_tokens
+        assert (
+            np.array_equal(r.prompt, expected.prompt) and r.output_tokens == expected.output_tokens
+        )
 
 
 def test_same_seed_same_stream_and_zero_share_has_no_long_requests():
     a, b = take("long_context", {}, 100, 3), take("long_context", {}, 100, 3)
-    assert all(np.array_equal(x.prompt, y.prompt) and x.tag == y.tag for x, y in zip(a, b, strict=True))
-    assert not any(r.tag.startswith("xlong") for r in take("long_context", {"context_share": 0}, 200))
+    assert all(
+        np.array_equal(x.prompt, y.prompt) and x.tag == y.tag for x, y in zip(a, b, strict=True)
+    )
+    assert not any(
+        r.tag.startswith("xlong") for r in take("long_context", {"context_share": 0}, 200)
+    )

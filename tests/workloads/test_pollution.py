@@ -10,9 +10,21 @@ import pytest
 from sim.config import ConfigError
 from workloads.registry import make_workload
 
-PARAMS = {"num_system_prompts": 2, "system_prompt_tokens": 64, "num_conversations": 2, "turns": 2,
-          "doc_min": 16, "doc_max": 32, "question_tokens": 8, "long_output_tokens": 4,
-          "burst_every": 2, "burst_size": 3, "chat_min": 5, "chat_max": 9, "chat_output_tokens": 2}
+PARAMS = {
+    "num_system_prompts": 2,
+    "system_prompt_tokens": 64,
+    "num_conversations": 2,
+    "turns": 2,
+    "doc_min": 16,
+    "doc_max": 32,
+    "question_tokens": 8,
+    "long_output_tokens": 4,
+    "burst_every": 2,
+    "burst_size": 3,
+    "chat_min": 5,
+    "chat_max": 9,
+    "chat_output_tokens": 2,
+}
 
 
 def take(n: int, **over):

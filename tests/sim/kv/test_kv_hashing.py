@@ -40,12 +40,12 @@ def test_bad_arguments_raise():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=PAGE, max_size=40), st.data())
+@given(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=PAGE, max_size=40), st.data())
 def test_one_token_changed_changes_every_key_from_its_page_on(tokens, data):
     a = np.array(tokens, dtype=np.int32)
     pos = data.draw(st.integers(0, a.size - 1))
     b = a.copy()
-    b[pos] = np.int32(data.draw(st.integers(-2**31, 2**31 - 1).filter(lambda v: v != a[pos])))
+    b[pos] = np.int32(data.draw(st.integers(-(2**31), 2**31 - 1).filter(lambda v: v != a[pos])))
     ka, kb = page_keys(a, PAGE), page_keys(b, PAGE)
     page = pos // PAGE
     assert (ka[:page] == kb[:page]).all()

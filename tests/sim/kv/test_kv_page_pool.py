@@ -32,7 +32,9 @@ def test_indexed_pages_stay_cached_and_a_hit_revives_them():
     indexed = np.zeros(8, dtype=bool)
     indexed[pages[0]] = True
     p.unref_many(pages, indexed)
-    assert p.state[0] == CACHED and p.state[1] == RETIRED and (p.num_cached, p.num_retired) == (1, 1)
+    assert (
+        p.state[0] == CACHED and p.state[1] == RETIRED and (p.num_cached, p.num_retired) == (1, 1)
+    )
     p.ref_many([0])
     assert p.state[0] == USED and p.num_cached == 0
     p.check_invariants()

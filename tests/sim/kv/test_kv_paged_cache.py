@@ -16,11 +16,20 @@ PAGE = 4
 
 
 def cache(num_pages: int = 8, eviction=None, admission=None, **kw) -> PagedKVCache:
-    return PagedKVCache(num_pages, PAGE, PAGE * 100, eviction=eviction or LRU(NoParams()),
-                        admission=admission or Always(NoParams()), eviction_batch_pages=1, **kw)
+    return PagedKVCache(
+        num_pages,
+        PAGE,
+        PAGE * 100,
+        eviction=eviction or LRU(NoParams()),
+        admission=admission or Always(NoParams()),
+        eviction_batch_pages=1,
+        **kw,
+    )
 
 
-def run_request(c: PagedKVCache, tokens: np.ndarray, now: float, read_s: float | None = None) -> list[int]:
+def run_request(
+    c: PagedKVCache, tokens: np.ndarray, now: float, read_s: float | None = None
+) -> list[int]:
     """Admit, compute and finish one request whose prompt is `tokens`; returns its pages."""
     keys = page_keys(tokens, PAGE)
     match = c.match_prefix(keys, tokens, now)
@@ -45,14 +54,18 @@ def test_lru_evicts_the_least_recent_prefix_tail_first():
     assert (old, new) == ([0, 1, 2], [3, 4, 5]) and c.pool.num_cached == 6
     assert c.allocate(1, 3.0) == [2]  # the old prefix's tail (ties on time: deeper first)
     assert c.allocate(1, 3.0) == [1] and c.num_evicted_pages == 2
-    assert c.match_prefix(page_keys(prompt(0, 10, 20), PAGE), prompt(0, 10, 20, 30), 4.0).pages == [0]
+    assert c.match_prefix(page_keys(prompt(0, 10, 20), PAGE), prompt(0, 10, 20, 30), 4.0).pages == [
+        0
+    ]
 
 
 def test_evicting_a_head_unindexes_its_descendants():
     c = cache(num_pages=4, eviction=ScoredLike())
     run_request(c, prompt(0, 10, 20), now=1.0)
     assert c.allocate(2, 2.0) == [3, 0]  # the policy picks page 0: pages 1 and 2 go with it
-    assert not c.index.indexed[[0, 1, 2]].any() and c.pool.num_free == 2 and c.num_evicted_pages == 3
+    assert (
+        not c.index.indexed[[0, 1, 2]].any() and c.pool.num_free == 2 and c.num_evicted_pages == 3
+    )
 
 
 class ScoredLike:
@@ -62,13 +75,16 @@ class ScoredLike:
         return stats.depth[pages].astype(np.float64)
 
 
-@pytest.mark.parametrize("policy, expected", [
-    # LRU: the one-off tails by age, then the system prompt's tail (used before the chat)
-    (LRU(NoParams()), [4, 5, 6, 3]),
-    # scored: one-off pages score ~1 (the chat's shorter prefix puts it before page 6, which
-    # extends the 16-token system prompt); the system prompt scores ~3 and stays
-    (Scored(ScoredParams(half_life_s=60, length_weight=1.0)), [4, 5, 7, 6]),
-])
+@pytest.mark.parametrize(
+    "policy, expected",
+    [
+        # LRU: the one-off tails by age, then the system prompt's tail (used before the chat)
+        (LRU(NoParams()), [4, 5, 6, 3]),
+        # scored: one-off pages score ~1 (the chat's shorter prefix puts it before page 6, which
+        # extends the 16-token system prompt); the system prompt scores ~3 and stays
+        (Scored(ScoredParams(half_life_s=60, length_weight=1.0)), [4, 5, 7, 6]),
+    ],
+)
 def test_scored_keeps_the_hot_system_prompt_where_lru_evicts_it(policy, expected):
     c = cache(num_pages=8, eviction=policy)
     system = prompt(0, 10, 20, 30)
@@ -84,26 +100,37 @@ def test_protected_zone_is_never_evicted_and_is_capped():
     c = cache(num_pages=8, protected=zone)
     system = prompt(0, 10, 20)
     run_request(c, system, now=1.0)  # pages 0, 1, 2 (a miss: counts as a request with no reuse)
-    run_request(c, np.concatenate([system, prompt(40)]), now=2.0)  # reuses 0, 1 (2 is the last page)
-    assert list(c.protected_pages()) == [0, 1]  # 1 of the last 2 requests >= 0.5; capped at 2: heads
+    run_request(
+        c, np.concatenate([system, prompt(40)]), now=2.0
+    )  # reuses 0, 1 (2 is the last page)
+    assert list(c.protected_pages()) == [
+        0,
+        1,
+    ]  # 1 of the last 2 requests >= 0.5; capped at 2: heads
     assert c.allocate(6, 3.0) is not None and c.pool.num_free == 0
     assert c.allocate(1, 3.0) is None  # only the zone is left
     assert c.index.indexed[[0, 1]].all() and c.pool.state[0] == CACHED
 
 
 def test_short_unshared_segment_is_not_admitted_and_its_pages_are_freed():
-    c = cache(num_pages=8, admission=Threshold(ThresholdParams(min_tokens=3 * PAGE)), epoch_reclaim=False)
+    c = cache(
+        num_pages=8, admission=Threshold(ThresholdParams(min_tokens=3 * PAGE)), epoch_reclaim=False
+    )
     pages = run_request(c, prompt(0, 10), now=1.0)
     assert not c.index.indexed[pages].any() and (c.pool.state[pages] == FREE).all()
     assert c.admission_rejected_tokens == 2 * PAGE
     long = run_request(c, prompt(0, 10, 20), now=2.0)
     assert c.index.indexed[long].all()
-    follow_up = run_request(c, prompt(0, 10, 20, 30), now=3.0)  # one new page, but extends a shared prefix
+    follow_up = run_request(
+        c, prompt(0, 10, 20, 30), now=3.0
+    )  # one new page, but extends a shared prefix
     assert c.index.indexed[follow_up].all() and c.admission_rejected_tokens == 2 * PAGE
 
 
 def test_a_short_segment_seen_twice_is_admitted_on_second_sight():
-    c = cache(num_pages=16, admission=Threshold(ThresholdParams(min_tokens=100)), epoch_reclaim=False)
+    c = cache(
+        num_pages=16, admission=Threshold(ThresholdParams(min_tokens=100)), epoch_reclaim=False
+    )
     system = prompt(0, 10)  # a short system prompt every request starts with
     first = run_request(c, np.concatenate([system, prompt(20)]), now=1.0)
     assert not c.index.indexed[first].any()  # rejected, but remembered
@@ -116,6 +143,8 @@ def test_a_short_segment_seen_twice_is_admitted_on_second_sight():
 def test_epoch_never_evicts_a_page_whose_reader_still_runs():
     c = cache(num_pages=2, epoch_reclaim=True, race_window_s=0.005)
     c.end_epoch(1.0)
-    run_request(c, prompt(0, 10), now=1.0)  # both pages cached, last read at 1.0 (reader until 1.005)
+    run_request(
+        c, prompt(0, 10), now=1.0
+    )  # both pages cached, last read at 1.0 (reader until 1.005)
     assert c.allocate(1, 1.001) is None and c.pool.num_cached == 2
     assert c.allocate(1, 1.006) == [1] and c.pool.use_after_free == 0

@@ -12,8 +12,9 @@ from sim.experiment import resolve_arms, run_arm
 STUDIES = Path(__file__).resolve().parents[3] / "studies"
 
 
-def run(study: str, arms: list[str], duration_s: float, node: dict | None = None,
-        **workload) -> dict[str, tuple[dict, pd.DataFrame]]:
+def run(
+    study: str, arms: list[str], duration_s: float, node: dict | None = None, **workload
+) -> dict[str, tuple[dict, pd.DataFrame]]:
     raw = load_config_file(STUDIES / f"{study}.yaml")
     raw["duration_s"] = duration_s
     raw["workload"]["params"].update(workload)
@@ -26,20 +27,26 @@ def run(study: str, arms: list[str], duration_s: float, node: dict | None = None
 
 
 def test_false_hit_study():
-    res = run("pitfall_false_hit", ["hash_only/12", "two_level/12", "two_level/64"], 40.0, num_clients=8)
+    res = run(
+        "pitfall_false_hit", ["hash_only/12", "two_level/12", "two_level/64"], 40.0, num_clients=8
+    )
     broken, fixed, wide = (res[a][0] for a in ["hash_only/12", "two_level/12", "two_level/64"])
     assert broken["false_hits"] > 0 and broken["wrong_reuse_tokens"] > 0
     assert fixed["false_hits"] > 0 and fixed["wrong_reuse_tokens"] == 0
     assert wide["false_hits"] == 0
     requests = res["two_level/12"][1]
-    assert (requests.wrong_reuse_tokens == 0).all() and requests.false_hits.sum() == fixed["false_hits"]
+    assert (requests.wrong_reuse_tokens == 0).all() and requests.false_hits.sum() == fixed[
+        "false_hits"
+    ]
     # Level 2 catches every collision, so the 12-bit index behaves exactly like the 64-bit one.
     assert fixed["prefix_hit_rate"] == wide["prefix_hit_rate"]
 
 
 def test_refcount_race_study():
     # A smaller pool (~69K tokens) so the cache is full, and pages are recycled, within a minute.
-    res = run("pitfall_refcount_race", ["immediate", "epoch"], 60.0, node={"kv_memory_fraction": 0.56})
+    res = run(
+        "pitfall_refcount_race", ["immediate", "epoch"], 60.0, node={"kv_memory_fraction": 0.56}
+    )
     immediate, epoch = res["immediate"][0], res["epoch"][0]
     assert immediate["use_after_free"] > 0 and immediate["peak_retired_kv_bytes"] == 0
     assert epoch["use_after_free"] == 0 and epoch["peak_retired_kv_bytes"] > 0

@@ -18,7 +18,14 @@ def prompt(*pages: int) -> np.ndarray:
     return np.concatenate([np.arange(v, v + PAGE) for v in pages]).astype(np.int32)
 
 
-def insert(index, pages: list[int], tokens: np.ndarray, keys: np.ndarray, parent: int = ROOT, first: int = 0) -> int:
+def insert(
+    index,
+    pages: list[int],
+    tokens: np.ndarray,
+    keys: np.ndarray,
+    parent: int = ROOT,
+    first: int = 0,
+) -> int:
     """How many of `pages` were indexed."""
     rows = tokens[first * PAGE : (first + len(pages)) * PAGE].reshape(len(pages), PAGE)
     return len(index.insert_chain(pages, keys[first : first + len(pages)].tolist(), parent, rows))

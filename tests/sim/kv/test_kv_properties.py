@@ -28,33 +28,52 @@ from tests.helpers import make_request
 
 PAGE = 4
 NUM_PAGES = 12
-POLICIES = [LRU(NoParams()), LFU(NoParams()), FIFO(NoParams()), Scored(ScoredParams(half_life_s=1.0))]
+POLICIES = [
+    LRU(NoParams()),
+    LFU(NoParams()),
+    FIFO(NoParams()),
+    Scored(ScoredParams(half_life_s=1.0)),
+]
 
-configs = st.fixed_dictionaries({
-    "index": st.sampled_from(["two_level", "hash_only", "radix"]),
-    "hash_bits": st.sampled_from([2, 64]),  # 2 bits: level 1 collides all the time
-    "epoch": st.booleans(),
-    "window_s": st.sampled_from([0.0, 0.015]),  # readers outlive a 10 ms step by 15 ms
-    "policy": st.integers(0, len(POLICIES) - 1),
-    "zone": st.booleans(),
-    "min_tokens": st.sampled_from([0, 8]),
-})
+configs = st.fixed_dictionaries(
+    {
+        "index": st.sampled_from(["two_level", "hash_only", "radix"]),
+        "hash_bits": st.sampled_from([2, 64]),  # 2 bits: level 1 collides all the time
+        "epoch": st.booleans(),
+        "window_s": st.sampled_from([0.0, 0.015]),  # readers outlive a 10 ms step by 15 ms
+        "policy": st.integers(0, len(POLICIES) - 1),
+        "zone": st.booleans(),
+        "min_tokens": st.sampled_from([0, 8]),
+    }
+)
 # A prompt is 1-5 segments of one page (ids 0-3) plus 0-3 extra tokens: prefixes are shared often.
 prompts = st.tuples(st.lists(st.integers(0, 3), min_size=1, max_size=5), st.integers(0, 3))
-ops = st.lists(st.one_of(
-    st.tuples(st.just("admit"), prompts),
-    st.tuples(st.just("step"), st.integers(1, 6)),
-    st.tuples(st.just("finish"), st.integers(0, 7)),
-    st.tuples(st.just("idle"), st.just(0)),
-), min_size=15, max_size=60)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("admit"), prompts),
+        st.tuples(st.just("step"), st.integers(1, 6)),
+        st.tuples(st.just("finish"), st.integers(0, 7)),
+        st.tuples(st.just("idle"), st.just(0)),
+    ),
+    min_size=15,
+    max_size=60,
+)
 
 
 def build(cfg: dict) -> PagedKV:
     zone = ProtectedZone(NUM_PAGES, share=0.5, window=4, max_pages=3) if cfg["zone"] else None
-    cache = PagedKVCache(NUM_PAGES, PAGE, PAGE * 8, eviction=POLICIES[cfg["policy"]],
-                         admission=Threshold(ThresholdParams(min_tokens=cfg["min_tokens"])),
-                         index=cfg["index"], epoch_reclaim=cfg["epoch"], race_window_s=cfg["window_s"],
-                         eviction_batch_pages=2, protected=zone)
+    cache = PagedKVCache(
+        NUM_PAGES,
+        PAGE,
+        PAGE * 8,
+        eviction=POLICIES[cfg["policy"]],
+        admission=Threshold(ThresholdParams(min_tokens=cfg["min_tokens"])),
+        index=cfg["index"],
+        epoch_reclaim=cfg["epoch"],
+        race_window_s=cfg["window_s"],
+        eviction_batch_pages=2,
+        protected=zone,
+    )
     return PagedKV(cache, token_bytes=8)
 
 
@@ -86,8 +105,11 @@ def check(kv: PagedKV, running: list[Sequence], cfg: dict) -> None:
 
 
 def admit(kv: PagedKV, tokens: np.ndarray, now: float, rid: int, cfg: dict) -> Sequence | None:
-    seq = Sequence(req=make_request(rid, tokens, output_tokens=1), keys=page_keys(tokens, PAGE, cfg["hash_bits"]),
-                   arrival_s=now)
+    seq = Sequence(
+        req=make_request(rid, tokens, output_tokens=1),
+        keys=page_keys(tokens, PAGE, cfg["hash_bits"]),
+        arrival_s=now,
+    )
     kv.admit(seq, now)
     if cfg["index"] != "hash_only":  # level 2 on: what is reused is exactly the request's own
         for k, page in enumerate(seq.pages):
@@ -116,7 +138,11 @@ def test_random_operations_keep_the_invariants(cfg, operations):
             kv.end_step(now)
             for seq in running:
                 if kv.grow(seq, arg, now):
-                    new = seq.prompt_tokens - seq.num_computed if seq.num_computed < seq.prompt_tokens else arg
+                    new = (
+                        seq.prompt_tokens - seq.num_computed
+                        if seq.num_computed < seq.prompt_tokens
+                        else arg
+                    )
                     seq.num_computed += new
                     kv.on_computed(seq, new, now)
         elif op == "finish" and running:
