@@ -17,9 +17,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 HASHES = ROOT / "baselines" / "study_hashes.json"
-DURATION_S = "20"
+CLI = "sim.cli"
+DURATION_S = 20.0  # simulated seconds; shorter studies keep their own
 # Sweep and tune specs are not single runs; the CI study is pinned by its own gate too.
 STUDIES = sorted(
     p for p in (ROOT / "studies").glob("*.yaml") if not p.name.startswith(("sweep_", "tune_"))
@@ -28,20 +31,10 @@ STUDIES = sorted(
 
 def summary_hash(study: Path, work: Path) -> str | None:
     out = work / study.stem
-    cmd = [
-        sys.executable,
-        "-m",
-        "sim.cli",
-        "run",
-        "--config",
-        str(study),
-        "--out",
-        str(out),
-        "--duration",
-        DURATION_S,
-        "--no-report",
-        "--quiet",
-    ]
+    cmd = [sys.executable, "-m", CLI, "run", "--config", str(study), "--out", str(out)]
+    cmd += ["--no-report", "--quiet"]
+    if float(yaml.safe_load(study.read_text()).get("duration_s", 1e9)) > DURATION_S:
+        cmd += ["--duration", str(DURATION_S)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         if "no such file" in done.stderr.lower() and "trace" in done.stderr.lower():
