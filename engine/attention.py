@@ -1,0 +1,86 @@
+"""Attention over the paged pool: decode through kernels/paged_decode, prefill chunks through
+kernels/paged_prefill once it exists, else through `paged_prefill_torch` (gather + SDPA).
+
+A prefill chunk of n new tokens after c cached ones attends causally, aligned bottom-right:
+new token j (position c + j) sees positions 0 .. c + j. The chunk's own K/V are already in
+the pool when attention runs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+from kernels.paged_decode import paged_decode_attention
+
+try:  # the Triton kernel (Kernels II); the torch path below has the same signature
+    from kernels.paged_prefill import paged_prefill_attention as _paged_prefill_kernel
+    from kernels.paged_prefill import plan_prefill
+except ImportError:  # pragma: no cover - depends on the tree
+    _paged_prefill_kernel = plan_prefill = None
+
+
+def gather_pages(pool: torch.Tensor, pages: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """[num_tokens, H_kv, D] from a [num_pages, H_kv, page_size, D] pool and a page-id row."""
+    page_size = pool.shape[2]
+    used = pages[: -(-num_tokens // page_size)].long()
+    blocks = pool[used].transpose(1, 2)  # [n_pages, page_size, H_kv, D]
+    return blocks.reshape(-1, pool.shape[1], pool.shape[3])[:num_tokens]
+
+
+def paged_prefill_torch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    out: torch.Tensor | None = None,
+    plan: object = None,
+    check_bounds: bool = True,
+) -> torch.Tensor:
+    """Varlen chunked prefill over a paged context, in plain torch (one SDPA per chunk).
+
+    q [total_new, H_q, D]; block_tables [chunks, max_pages] int32; cu_seqlens_q [chunks + 1]
+    int32 offsets of each chunk's rows in q; seq_lens [chunks] int32 = context + chunk tokens.
+    Returns out [total_new, H_q, D]. `plan` and `check_bounds` are the kernel's and are ignored.
+    """
+    out = torch.empty_like(q) if out is None else out
+    group = q.shape[1] // k_cache.shape[1]
+    starts = cu_seqlens_q.tolist()
+    for i, total in enumerate(seq_lens.tolist()):
+        a, b = starts[i], starts[i + 1]
+        k = gather_pages(k_cache, block_tables[i], total).transpose(0, 1)  # [H_kv, total, D]
+        v = gather_pages(v_cache, block_tables[i], total).transpose(0, 1)
+        qi = q[a:b].transpose(0, 1)  # [H_q, n, D]
+        o = F.scaled_dot_product_attention(
+            qi[None],
+            k.repeat_interleave(group, dim=0)[None],
+            v.repeat_interleave(group, dim=0)[None],
+            attn_mask=causal_lower_right(b - a, total),
+            scale=sm_scale,
+        )
+        out[a:b] = o[0].transpose(0, 1)
+    return out
+
+
+paged_prefill_attention = _paged_prefill_kernel or paged_prefill_torch
+PREFILL_BACKEND = "triton" if _paged_prefill_kernel is not None else "torch"
+
+
+def prefill_plan(q_lens: list[int], seq_lens: list[int], num_kv_heads: int, group: int, device):
+    """The kernel's host-side work list, built once per step and reused by every layer."""
+    if plan_prefill is None or not q_lens:
+        return None
+    return plan_prefill(q_lens, seq_lens, num_kv_heads, group, device=device)
+
+
+__all__ = [
+    "paged_decode_attention",
+    "paged_prefill_attention",
+    "paged_prefill_torch",
+    "prefill_plan",
+]
