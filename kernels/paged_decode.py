@@ -70,6 +70,7 @@ def _paged_decode_kernel(
     block_tables_ptr,
     seq_lens_ptr,
     out_ptr,
+    lse_ptr,
     part_out_ptr,
     part_lse_ptr,
     qk_scale,  # softmax scale * log2(e): scores live in the log2 domain
@@ -89,6 +90,8 @@ def _paged_decode_kernel(
     stride_pos,
     stride_plb,
     stride_plh,
+    stride_lb,
+    stride_lh,
     tokens_per_split,
     GROUP: tl.constexpr,  # query heads per KV head
     HEAD_DIM: tl.constexpr,
@@ -98,6 +101,7 @@ def _paged_decode_kernel(
     GROUPED: tl.constexpr,
     SPLIT: tl.constexpr,  # True: write partials for _combine_kernel; False: write `out`
     UPCAST_DOT: tl.constexpr,  # interpreter only: its tl.dot multiplies bf16 bit patterns
+    WRITE_LSE: tl.constexpr = False,  # also write each row's natural-log sum-exp (cascade)
 ):
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -204,6 +208,12 @@ def _paged_decode_kernel(
                 acc.to(out_ptr.dtype.element_ty),
                 mask=mask_g[:, None],
             )
+            if WRITE_LSE:
+                tl.store(
+                    lse_ptr + pid_b * stride_lb + rows * stride_lh,
+                    (m_i + tl.log2(l_i)) * 0.6931471805599453,
+                    mask=mask_g,
+                )
 
 
 @triton.jit
@@ -212,6 +222,7 @@ def _combine_kernel(
     part_lse_ptr,
     seq_lens_ptr,
     out_ptr,
+    lse_ptr,
     stride_pob,
     stride_poh,
     stride_pos,
@@ -219,9 +230,12 @@ def _combine_kernel(
     stride_plh,
     stride_ob,
     stride_oh,
+    stride_lb,
+    stride_lh,
     tokens_per_split,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,  # splits merged per step; bounded so the tile stays in registers
+    WRITE_LSE: tl.constexpr = False,
 ):
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -257,10 +271,16 @@ def _combine_kernel(
         )
         acc += tl.sum(part * w[:, None], axis=0)
         w_vec += w
-    o = acc / tl.sum(w_vec, axis=0)
+    w_sum = tl.sum(w_vec, axis=0)
+    o = acc / w_sum
     tl.store(
         out_ptr + pid_b * stride_ob + pid_h * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty)
     )
+    if WRITE_LSE:
+        tl.store(
+            lse_ptr + pid_b * stride_lb + pid_h * stride_lh,
+            (m + tl.log2(w_sum)) * 0.6931471805599453,
+        )
 
 
 def _num_sms(device: torch.device) -> int:
@@ -308,6 +328,7 @@ def paged_decode_attention(
     sm_scale: float | None = None,
     grouped: bool = True,
     out: torch.Tensor | None = None,
+    lse_out: torch.Tensor | None = None,
     num_splits: int | None = None,
     max_seq_len: int | None = None,
     total_tokens: int | None = None,
@@ -328,6 +349,8 @@ def paged_decode_attention(
     them avoids a device sync. `check_bounds=False` skips the page-table scan (also a sync) for
     callers, such as the bench, that validated the same tables once before timing.
     `num_splits` forces the split count (tests use it to exercise both passes).
+    `out` may be float32; `lse_out` (float32 [batch, num_q_heads]), when given, receives each
+    query head's natural-log sum-exp of its scaled scores (kernels.cascade_decode merges by it).
     """
     _check(q.dim() == 3, f"q must be [batch, num_q_heads, head_dim], got shape {tuple(q.shape)}")
     _check(
@@ -387,10 +410,21 @@ def paged_decode_attention(
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     else:
         _check(
-            out.shape == q.shape and out.dtype == q.dtype and out.device == q.device,
-            f"out must match q: {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)} {out.dtype}",
+            out.shape == q.shape
+            and out.dtype in (q.dtype, torch.float32)
+            and out.device == q.device,
+            f"out must match q: {tuple(q.shape)} {q.dtype} (or float32), got "
+            f"{tuple(out.shape)} {out.dtype}",
         )
         _check(out.stride(2) == 1, f"out must have unit stride along head_dim, got {out.stride()}")
+    if lse_out is not None:
+        _check(
+            lse_out.shape == (batch, num_q_heads)
+            and lse_out.dtype == torch.float32
+            and lse_out.device == q.device,
+            f"lse_out must be float32 [{batch}, {num_q_heads}], got {tuple(lse_out.shape)} "
+            f"{lse_out.dtype}",
+        )
     if batch == 0:
         return out
 
@@ -447,6 +481,8 @@ def paged_decode_attention(
         part_out = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
     scale = (1.0 / math.sqrt(head_dim)) if sm_scale is None else float(sm_scale)
+    write_lse = lse_out is not None
+    lse_t = lse_out if write_lse else part_lse.view(-1)[:1].view(1, 1)
 
     grid = (batch, programs_per_seq, num_splits)
     _paged_decode_kernel[grid](
@@ -456,6 +492,7 @@ def paged_decode_attention(
         block_tables,
         seq_lens,
         out,
+        lse_t,
         part_out,
         part_lse,
         scale * _LOG2E,
@@ -475,6 +512,8 @@ def paged_decode_attention(
         part_out.stride(2),
         part_lse.stride(0),
         part_lse.stride(1),
+        lse_t.stride(0),
+        lse_t.stride(1),
         tokens_per_split,
         GROUP=group,
         HEAD_DIM=head_dim,
@@ -486,6 +525,7 @@ def paged_decode_attention(
         # Triton's interpreter (CPU) mis-computes tl.dot on bf16; bf16 -> fp32 is exact, so the
         # upcast keeps the same arithmetic as the GPU's bf16 x bf16 -> fp32 tensor-core dot.
         UPCAST_DOT=(q.device.type == "cpu" and q.dtype == torch.bfloat16),
+        WRITE_LSE=write_lse,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -495,6 +535,7 @@ def paged_decode_attention(
             part_lse,
             seq_lens,
             out,
+            lse_t,
             part_out.stride(0),
             part_out.stride(1),
             part_out.stride(2),
@@ -502,9 +543,12 @@ def paged_decode_attention(
             part_lse.stride(1),
             out.stride(0),
             out.stride(1),
+            lse_t.stride(0),
+            lse_t.stride(1),
             tokens_per_split,
             HEAD_DIM=head_dim,
             BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
+            WRITE_LSE=write_lse,
             num_warps=4,
         )
     return out

@@ -106,3 +106,116 @@ def paged_to_contiguous(kv: PagedKV) -> tuple[torch.Tensor, torch.Tensor]:
     k = torch.stack(ks).permute(0, 2, 1, 3).contiguous()
     v = torch.stack(vs).permute(0, 2, 1, 3).contiguous()
     return k, v
+
+
+def paged_prefill_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    sm_scale: float | None = None,
+    causal: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float32 (out [total_new, H_q, D], lse [total_new, H_q]) of chunked prefill attention.
+
+    Request b's n new queries are q[cu[b]:cu[b+1]]; its cache holds L = seq_lens[b] tokens, the
+    last n of them the chunk's own. Causal, bottom-right aligned: query i sees keys < L - n + i + 1.
+    `lse` is the natural-log sum-exp of each query's scaled scores.
+    """
+    total_new, num_q_heads, head_dim = q.shape
+    group = num_q_heads // k_cache.shape[1]
+    scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else sm_scale
+    out = torch.zeros((total_new, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
+    lse = torch.zeros((total_new, num_q_heads), dtype=torch.float32, device=q.device)
+    cu = cu_seqlens_q.tolist()
+    for b in range(seq_lens.shape[0]):
+        lo, hi = cu[b], cu[b + 1]
+        n, L = hi - lo, int(seq_lens[b])
+        if n == 0:
+            continue
+        k = gather_kv(k_cache, block_tables[b], L).float().repeat_interleave(group, dim=1)
+        v = gather_kv(v_cache, block_tables[b], L).float().repeat_interleave(group, dim=1)
+        s = torch.einsum("nhd,thd->hnt", q[lo:hi].float(), k) * scale  # [H_q, n, L]
+        if causal:
+            keys = torch.arange(L, device=q.device)[None, :]
+            limit = (L - n + torch.arange(n, device=q.device))[:, None]
+            s = s.masked_fill(keys > limit, float("-inf"))
+        out[lo:hi] = torch.einsum("hnt,thd->nhd", torch.softmax(s, dim=-1), v)
+        lse[lo:hi] = torch.logsumexp(s, dim=-1).transpose(0, 1)
+    return out, lse
+
+
+def make_prefill_batch(
+    ctx_lens: list[int],
+    new_lens: list[int],
+    num_kv_heads: int,
+    group: int,
+    head_dim: int,
+    page_size: int,
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+    spare_pages: int = 0,
+) -> tuple[torch.Tensor, PagedKV, torch.Tensor]:
+    """(q [total_new, H_q, D], paged pool holding context + chunk, cu_seqlens_q int32)."""
+    lens = [c + n for c, n in zip(ctx_lens, new_lens, strict=True)]
+    kv = make_paged_kv(
+        lens, num_kv_heads, head_dim, page_size, dtype, device, generator, spare_pages
+    )
+    total = sum(new_lens)
+    q = torch.randn(total, num_kv_heads * group, head_dim, generator=generator, device=device)
+    cu = [0]
+    for n in new_lens:
+        cu.append(cu[-1] + n)
+    return q.to(dtype), kv, torch.tensor(cu, dtype=torch.int32, device=device)
+
+
+def prefill_flops(ctx_lens: list[int], new_lens: list[int], num_q_heads: int, head_dim: int) -> int:
+    """Causal-correct FLOPs (QK^T and PV, 2 per multiply-add): query i of a chunk of n over
+    c cached tokens attends to c + i + 1 keys."""
+    pairs = sum(n * c + n * (n + 1) // 2 for c, n in zip(ctx_lens, new_lens, strict=True))
+    return 4 * head_dim * num_q_heads * pairs
+
+
+def make_shared_prefix_kv(
+    seq_lens: list[int],
+    group_sizes: list[int],
+    prefix_lens: list[int],
+    num_kv_heads: int,
+    head_dim: int,
+    page_size: int,
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+) -> PagedKV:
+    """A pool in which each group of consecutive sequences shares its first prefix_lens[g]
+    tokens (whole pages, the same page ids in every member's table); the rest of each sequence
+    is its own. Pages are shuffled; unused table entries hold -1."""
+    pages_per_seq = [-(-n // page_size) for n in seq_lens]
+    shared = [p // page_size for p in prefix_lens]
+    own = []
+    b = 0
+    for g, size in enumerate(group_sizes):
+        for _ in range(size):
+            own.append(pages_per_seq[b] - shared[g])
+            b += 1
+    num_pages = sum(shared) + sum(own)
+    shape = (num_pages, num_kv_heads, page_size, head_dim)
+    k = torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
+    v = torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
+    order = torch.randperm(num_pages, generator=generator, device=device).to(torch.int32)
+    tables = torch.full((len(seq_lens), max(max(pages_per_seq), 1)), -1, dtype=torch.int32)
+    tables = tables.to(device)
+    at, b = 0, 0
+    for g, size in enumerate(group_sizes):
+        prefix_pages = order[at : at + shared[g]]
+        at += shared[g]
+        for _ in range(size):
+            tables[b, : shared[g]] = prefix_pages
+            tables[b, shared[g] : pages_per_seq[b]] = order[at : at + own[b]]
+            at += own[b]
+            b += 1
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    return PagedKV(k, v, tables, lens)
