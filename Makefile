@@ -31,13 +31,13 @@ CI_STUDY := baselines/seed_study.yaml
 CI_BASELINE := baselines/seed.json
 CI_RUN := runs/ci-seed
 ci-study: $(STAMP)
-	$(BIN)/python -m sim.cli run --config $(CI_STUDY) --out $(CI_RUN) --quiet
-	$(BIN)/python -m sim.cli check $(CI_RUN) --baseline $(CI_BASELINE)
+	$(BIN)/python -m kvsched.cli run --config $(CI_STUDY) --out $(CI_RUN) --quiet
+	$(BIN)/python -m kvsched.cli check $(CI_RUN) --baseline $(CI_BASELINE)
 
 # Rewrite the baseline on purpose (after a change that is meant to move the numbers).
 ci-baseline: $(STAMP)
-	$(BIN)/python -m sim.cli run --config $(CI_STUDY) --out $(CI_RUN) --quiet
-	$(BIN)/python -m sim.cli check $(CI_RUN) --baseline $(CI_BASELINE) --update
+	$(BIN)/python -m kvsched.cli run --config $(CI_STUDY) --out $(CI_RUN) --quiet
+	$(BIN)/python -m kvsched.cli check $(CI_RUN) --baseline $(CI_BASELINE) --update
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

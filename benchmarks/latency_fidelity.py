@@ -3,7 +3,7 @@
 `kvsched calibrate --fidelity N` timed N random step compositions per (model, tp) on the GPU
 (ragged decode batches, prefill chunks with and without cached context, mixes), each as one
 composite layer with every part launched back to back, x layers, plus the LM head. This script
-prices the same compositions with `sim.calibration.CalibratedLatency` from the tables in
+prices the same compositions with `sim.latency.calibrated.CalibratedLatency` from the tables in
 `kernels/calibration/h200.json` and reports the relative error of the measured parts (the
 all-reduce is a roofline term on both sides of nothing: it is left out of the comparison).
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.calibration import CalibratedLatency, find_table, load_calibration
 from sim.config import GpuConfig, ModelConfig
 from sim.latency import StepPlan
+from sim.latency.calibrated import CalibratedLatency, find_table, load_calibration
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
 
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "kernels" / "calibration"

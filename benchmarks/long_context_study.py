@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.experiment import arm_dir_name
+from sim.rundir import arm_dir_name
 
 
 def _pct(x: pd.Series, q: float) -> float:
@@ -72,7 +72,7 @@ def fmt(v: float, spec: str = ".0f") -> str:
 def step_table(config: Path) -> None:
     """One decode step of one 128K-token request, priced by sim/network.py on an idle network."""
     from sim.config import load_config_file, parse_config
-    from sim.network import Network
+    from sim.xnode.network import Network
 
     raw = {k: v for k, v in load_config_file(config).items() if k != "arms"}
     print(

@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from sim.network import LINK_PRESETS
-from sim.page_index_codec import decode, encode, encoded_size, kind_counts, normalize
+from sim.xnode.network import LINK_PRESETS
+from sim.xnode.page_index_codec import decode, encode, encoded_size, kind_counts, normalize
 
 DENSITIES = (1.0, 0.5, 0.25, 0.1, 0.05, 0.01)
 RUN_PAGES = 16

@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     run_dir = Path(args.run_dir or "runs/report-large")
     if not args.run_dir:
-        from sim.experiment import run_experiment
+        from kvsched.experiment import run_experiment
 
         t = time.perf_counter()
         run_experiment(LARGE_RUN, run_dir, show_progress=True, write_report=False)

@@ -22,12 +22,13 @@ import time
 
 import numpy as np
 
+from policies import make_policy
 from policies.registry import ROUTING
 from sim.cluster import Cluster
 from sim.config import parse_config
 from sim.kv.hashing import page_keys
+from sim.request import Request, Workload
 from sim.sequence import Sequence
-from workloads.request import Request, Workload
 
 NUM_NODES = 8
 TRUNKS = 1000
@@ -40,7 +41,7 @@ def build_cluster(policy: str, rng: np.random.Generator) -> Cluster:
     cfg = parse_config(
         {"cluster": {"num_nodes": NUM_NODES}, "policies": {"routing": {"name": policy}}}
     )
-    return Cluster(cfg, Workload("bench", iter(())), rng)
+    return Cluster(cfg, Workload("bench", iter(())), rng, make_policy)
 
 
 def random_keys(rng: np.random.Generator, n: int) -> np.ndarray:

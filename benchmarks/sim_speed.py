@@ -18,7 +18,7 @@ import time
 
 POINT = """
 import json, resource, sys, time
-from sim.experiment import resolve_arms, run_arm
+from kvsched.experiment import resolve_arms, run_arm
 raw = json.loads(sys.argv[1])
 cfg = resolve_arms(raw, ["engine"])["engine"]
 t = time.perf_counter()
@@ -42,7 +42,7 @@ def run_point(num_nodes: int, duration_s: float) -> dict:
 
 
 def default_study() -> None:
-    from sim.experiment import resolve_arms, run_arm
+    from kvsched.experiment import resolve_arms, run_arm
 
     total, simulated = 0.0, 0.0
     for arm, cfg in resolve_arms({}).items():

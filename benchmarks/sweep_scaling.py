@@ -29,7 +29,7 @@ def timed_sweep(sweep: str, out: Path, backend: str, workers: int) -> dict:
     cmd = [
         sys.executable,
         "-m",
-        "sim.cli",
+        "kvsched.cli",
         "sweep",
         sweep,
         "--out",

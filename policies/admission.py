@@ -6,18 +6,13 @@ return to the free list when the request ends instead of taking cache space.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.params import NoParams
 from sim.kv.views import Segment
+from sim.policy_api import AdmissionPolicy
 
-
-class AdmissionPolicy(Protocol):
-    def admit(self, segment: Segment) -> bool:
-        """True to index the segment's pages for reuse; False frees them when the request ends."""
-        ...
+__all__ = ["AdmissionPolicy"]
 
 
 class Always:

@@ -8,19 +8,14 @@ eviction round in one numpy expression.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.params import NoParams
 from sim.kv.views import PageStats
+from sim.policy_api import EvictionPolicy
 
-
-class EvictionPolicy(Protocol):
-    def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
-        """float64 [len(pages)]: eviction priority of each page; the lowest is evicted first."""
-        ...
+__all__ = ["EvictionPolicy"]
 
 
 class LRU:

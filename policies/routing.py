@@ -9,21 +9,16 @@ Published defaults are the parameters' defaults; docs/routing.md gives their sou
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.params import NoParams
+from sim.policy_api import RoutingPolicy
 from sim.views import NodeView, RouteQuery
 
-
-class RoutingPolicy(Protocol):
-    needs_prefix_match: bool
-
-    def route(self, query: RouteQuery, views: Sequence[NodeView]) -> int:
-        """Index of the chosen node in `views`."""
-        ...
+__all__ = ["RoutingPolicy"]
 
 
 def least_loaded_index(views: Sequence[NodeView]) -> int:

@@ -1,7 +1,7 @@
 """`kvsched report`, `kvsched compare` and `kvsched check`: read run directories, never simulate.
 
 Exit status: 0 done (check: within tolerance), 1 check found a regression, 2 unusable input
-(missing or malformed files, unknown arm), printed as one line by sim.cli.
+(missing or malformed files, unknown arm), printed as one line by kvsched.cli.
 """
 
 from __future__ import annotations

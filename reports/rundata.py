@@ -1,6 +1,6 @@
 """Read run directories back from disk: the only input of reports, comparisons and checks.
 
-A run directory is what `sim.experiment.run_experiment` writes (layout in that module's
+A run directory is what `kvsched.experiment.run_experiment` writes (layout in that module's
 docstring). Required: `summary.json`; per arm `requests.csv` and `timeseries.csv` when frames are
 wanted. Optional: `config.json`, `run_info.json`, `<arm>/config.json`. Anything unreadable raises
 ConfigError naming the file, so the CLI exits 2 with one line.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.config import ConfigError
-from sim.experiment import arm_dir_name
+from sim.rundir import arm_dir_name
 
 
 @dataclass(slots=True)

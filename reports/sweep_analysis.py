@@ -57,7 +57,7 @@ class SweepData:
 def load_sweep_dir(path: str | Path) -> SweepData:
     path = Path(path)
     plan = json.loads((path / "sweep.json").read_text())
-    # Only an empty cell is missing: "null" is an axis value (sim.sweep_store.cell).
+    # Only an empty cell is missing: "null" is an axis value (kvsched.sweep_store.cell).
     table = pd.read_csv(path / "sweep.csv", keep_default_na=False, na_values=[""])
     return SweepData(plan["spec"]["name"], plan, table, list(plan["spec"]["axes"]))
 

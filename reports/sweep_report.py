@@ -25,7 +25,7 @@ from reports.sweep_analysis import (
     records,
 )
 from reports.sweep_plots import heatmap_svg, line_svg, pareto_svg
-from sim.sweep_store import cell
+from sim.rundir import cell
 
 _CSS = (
     "body{font-family:sans-serif;max-width:1150px;margin:auto}table{border-collapse:collapse;font-size:13px}"

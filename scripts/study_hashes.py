@@ -21,7 +21,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 HASHES = ROOT / "baselines" / "study_hashes.json"
-CLI = "sim.cli"
+CLI = "kvsched.cli"
 DURATION_S = 20.0  # simulated seconds; shorter studies keep their own
 # Sweep and tune specs are not single runs; the CI study is pinned by its own gate too.
 STUDIES = sorted(

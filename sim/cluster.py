@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import numpy as np
 import simpy
 
-from policies import make_policy
 from sim.config import ConfigError, ExperimentConfig
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.hashing import page_keys
@@ -20,19 +19,27 @@ from sim.kv.manager import ContiguousKV, paged_kv_from_config
 from sim.latency import make_latency_model
 from sim.metrics import Recorder
 from sim.node import Node
-from sim.placement import make_placement
+from sim.policy_api import MakePolicy
+from sim.request import Request, Workload
 from sim.router import Router
 from sim.routing_table import RoutingTable
 from sim.sequence import Sequence, Status
-from workloads.request import Request, Workload
+from sim.xnode.placement import make_placement
 
 
 class Cluster:
-    def __init__(self, cfg: ExperimentConfig, workload: Workload, rng: np.random.Generator):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        workload: Workload,
+        rng: np.random.Generator,
+        make_policy: MakePolicy,
+    ):
         self.cfg = cfg
         self.env = simpy.Environment()
         self.workload = workload
         self.rng = rng
+        self.make_policy = make_policy
         self.latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
         self.table = RoutingTable(cfg.cluster.num_nodes)
         self.page_size = cfg.cache.page_size
@@ -61,7 +68,7 @@ class Cluster:
             alloc = ContiguousAllocator(self.capacity_bytes, int(c.segment_bytes))
             kv = ContiguousKV(alloc, self.token_bytes, c.max_new_tokens, c.max_model_len)
         else:
-            kv = paged_kv_from_config(self.cfg, self.latency, node_id)
+            kv = paged_kv_from_config(self.cfg, self.latency, node_id, self.make_policy)
             kv.cache.listeners.append(self.table.on_cache_event)
         return Node(self.env, node_id, self.cfg.node, kv, self.latency, self._on_finish)
 

@@ -17,9 +17,9 @@ from pydantic import (
     model_validator,
 )
 
-from sim.network import KERNEL_COPY_BYTES_PER_S, KERNEL_MESSAGE_S, LINK_PRESETS, RDMA_POST_S
-from sim.page_index_codec import single_page_entry_bytes
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
+from sim.xnode.network import KERNEL_COPY_BYTES_PER_S, KERNEL_MESSAGE_S, LINK_PRESETS, RDMA_POST_S
+from sim.xnode.page_index_codec import single_page_entry_bytes
 
 # Mean CPU time of one prefix_affinity decision (24.8 us; p99 68 us) measured by
 # `python -m benchmarks.router` (8 nodes, 100k cached prefixes, one core; docs/routing.md).

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from workloads.request import Request
+from sim.request import Request
 
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.request import Request
+from sim.request import Request
 
 
 class ConstantLatency:

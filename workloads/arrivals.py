@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workloads.request import Request, Workload
+from sim.request import Request, Workload
 
 _CHUNK = 1024  # gaps drawn per numpy call
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 from pydantic import Field
 
-from workloads.request import Request, Workload
+from sim.request import Request, Workload
 from workloads.seed import SeedParams, seed_requests
 from workloads.tokens import random_tokens
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 from pydantic import Field
 
+from sim.request import Request, Workload
 from workloads.arrivals import ArrivalFields, make_stream
-from workloads.request import Request, Workload
 from workloads.tokens import random_tokens
 
 

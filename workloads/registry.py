@@ -8,6 +8,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from sim.config import ConfigError, format_validation_error
+from sim.request import Workload
 from workloads.generators import (
     NoSharingParams,
     SharedPrefixGroupsParams,
@@ -17,7 +18,6 @@ from workloads.generators import (
 from workloads.long_context import LongContextParams, make_long_context
 from workloads.multi_turn import MultiTurnParams, make_multi_turn
 from workloads.pollution import PollutionParams, make_pollution
-from workloads.request import Workload
 from workloads.seed import SeedParams, make_seed
 from workloads.trace import TraceParams, make_trace
 

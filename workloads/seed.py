@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workloads.request import Request, Workload
+from sim.request import Request, Workload
 from workloads.tokens import random_tokens
 
 

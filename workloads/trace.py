@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.config import ConfigError
-from workloads.request import Request, Workload
+from sim.request import Request, Workload
 from workloads.tokens import keyed_tokens, random_tokens
 from workloads.trace_data import Trace
 from workloads.trace_loaders import load_trace

@@ -20,6 +20,7 @@ from sim.sequence import Sequence
 if TYPE_CHECKING:
     from sim.config import ExperimentConfig
     from sim.latency import LatencyModel
+    from sim.policy_api import MakePolicy
 
 
 @dataclass(slots=True)
@@ -218,10 +219,10 @@ class ContiguousKV:
         )
 
 
-def paged_kv_from_config(cfg: ExperimentConfig, latency: LatencyModel, node_id: int) -> PagedKV:
+def paged_kv_from_config(
+    cfg: ExperimentConfig, latency: LatencyModel, node_id: int, make_policy: MakePolicy
+) -> PagedKV:
     """One node's paged KV manager as the config asks (pool, index, policies, zone, reclaim)."""
-    from policies import make_policy  # policies import sim.kv views; import them only when building
-
     c, token_bytes = cfg.cache, cfg.model.kv_bytes_per_token
     page_bytes = c.page_size * token_bytes
     num_pages = cfg.kv_capacity_bytes // page_bytes

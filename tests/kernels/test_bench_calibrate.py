@@ -12,9 +12,9 @@ from kernels.calibrate import (
     parse_targets,
     shard_shapes,
 )
-from sim.calibration import SCHEMA as SIM_SCHEMA
-from sim.calibration import expected_shapes, validate_table
 from sim.config import ModelConfig
+from sim.latency.calibrated import SCHEMA as SIM_SCHEMA
+from sim.latency.calibrated import expected_shapes, validate_table
 from sim.presets import MODEL_PRESETS
 
 

@@ -1,4 +1,4 @@
-"""sim.calibration: file validation, interpolation, the factory's choice, and the committed file."""
+"""sim.latency.calibrated: file validation, interpolation, the factory's choice, and the committed file."""
 
 import copy
 import json
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from kernels import CALIBRATION_DIR
-from sim.calibration import (
+from sim.config import GpuConfig, ModelConfig
+from sim.latency import RooflineLatency, StepPlan, make_latency_model
+from sim.latency.calibrated import (
     CalibratedLatency,
     CalibrationError,
     calibrated_latency_for,
@@ -16,8 +18,6 @@ from sim.calibration import (
     interp2,
     load_calibration,
 )
-from sim.config import GpuConfig, ModelConfig
-from sim.latency import RooflineLatency, StepPlan, make_latency_model
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
 
 H200_FILE = CALIBRATION_DIR / "h200.json"

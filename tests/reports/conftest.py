@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kvsched.experiment import run_experiment
 from sim.config import parse_config
-from sim.experiment import run_experiment
 
 # KV pool per node, in tokens: about half the prompt groups fit, so cache-blind routing (every
 # node caches every group) evicts and misses while prefix-affinity routing keeps its share resident.

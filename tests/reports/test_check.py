@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvsched.cli import main
+from kvsched.experiment import BUILTIN_ARMS
 from reports.check import DEFAULT_TOLERANCES, compare_metric
-from sim.cli import main
-from sim.experiment import BUILTIN_ARMS
 from tests.reports.conftest import make_run
 
 ROUND_ROBIN = {"policies": {"routing": {"name": "round_robin", "params": {}}}}

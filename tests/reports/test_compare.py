@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from kvsched.cli import main
 from reports.compare import delta_rows, pair_arms, parse_side
-from sim.cli import main
 
 
 def test_two_arms_terminal_table(tiny_run, capsys):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from reports.html import write_report
-from sim.experiment import arm_dir_name
+from sim.rundir import arm_dir_name
 from tests.reports.conftest import make_run
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.cli import main
+from kvsched.cli import main
 from sim.metrics import REQUEST_COLUMNS
 
 

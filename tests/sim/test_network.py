@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from sim.config import NetworkConfig
-from sim.network import LINK_PRESETS, Network
-from sim.page_index_codec import encoded_size
+from sim.xnode.network import LINK_PRESETS, Network
+from sim.xnode.page_index_codec import encoded_size
 
 # 1 lane, pages of 4 tokens x 64 bytes = 256 bytes, 2 layers: a page slice is 128 bytes and a
 # 256-byte message holds two slices. 1000 B/s, 1 s latency: the arithmetic stays readable.

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.page_index_codec import (
+from sim.xnode.page_index_codec import (
     CHUNK_PAGES,
     MAX_PAGE_ID,
     decode,

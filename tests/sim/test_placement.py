@@ -21,9 +21,9 @@ from sim.config import parse_config
 from sim.kv.manager import PagedKV
 from sim.kv.paged_cache import PagedKVCache
 from sim.node import Node
-from sim.page_index_codec import encoded_size
-from sim.placement import PlacedKV, make_placement
 from sim.sequence import Sequence, Status
+from sim.xnode.page_index_codec import encoded_size
+from sim.xnode.placement import PlacedKV, make_placement
 from tests.helpers import ConstantLatency, make_request
 from tests.helpers import submit_at as submit
 
@@ -251,7 +251,7 @@ def long_config(tiny_config) -> dict:
 
 
 def run_cli(tmp_path, cfg, out="run") -> int:
-    from sim.cli import main
+    from kvsched.cli import main
 
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import yaml
 
+from kvsched.cli import main
+from policies import make_policy
 from policies.registry import ROUTING
-from sim.cli import main
 from sim.cluster import Cluster
 from sim.config import parse_config
 from sim.kv.hashing import page_keys
+from sim.request import Workload
 from tests.helpers import make_request
-from workloads.request import Workload
 
 
 def cluster_for(requests, **router) -> Cluster:
@@ -27,7 +28,7 @@ def cluster_for(requests, **router) -> Cluster:
             "router": router,
         }
     )
-    return Cluster(cfg, Workload("hand", iter(requests)), np.random.default_rng(0))
+    return Cluster(cfg, Workload("hand", iter(requests)), np.random.default_rng(0), make_policy)
 
 
 def three_at_zero(first_tokens=(0, 0, 0)):

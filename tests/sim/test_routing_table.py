@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies import make_policy
 from sim.cluster import Cluster
 from sim.config import parse_config
 from sim.routing_table import ApproxPrefixTable, RoutingTable, longest_prefix, longest_prefix_linear
@@ -115,7 +116,7 @@ def small_cluster() -> Cluster:
         }
     )
     workload = make_workload("seed", cfg.workload.params, np.random.default_rng(0))
-    return Cluster(cfg, workload, np.random.default_rng(1))
+    return Cluster(cfg, workload, np.random.default_rng(1), make_policy)
 
 
 def cached_keys(node) -> set[int]:

@@ -9,6 +9,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvsched.sweep_spec import parse_sweep
+from kvsched.sweep_store import SweepStore
 from reports.sweep_analysis import (
     best_by,
     configurations,
@@ -17,8 +19,6 @@ from reports.sweep_analysis import (
     pasteable_yaml,
 )
 from reports.sweep_report import best_configs_text, write_sweep_report
-from sim.sweep_spec import parse_sweep
-from sim.sweep_store import SweepStore
 
 
 def fake_sweep(tmp_path, base, axes, metrics_of, name="fake"):

@@ -12,10 +12,10 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cli import main
-from sim.sweep import run_sweep
-from sim.sweep_spec import load_sweep
-from sim.sweep_store import JOURNAL, _cut_torn_tail
+from kvsched.cli import main
+from kvsched.sweep import run_sweep
+from kvsched.sweep_spec import load_sweep
+from kvsched.sweep_store import JOURNAL, _cut_torn_tail
 
 
 def _journal_ids(out) -> list[str]:
@@ -54,7 +54,7 @@ def test_sigint_then_sigterm_then_resume_equals_an_uninterrupted_run(
     cmd = [
         sys.executable,
         "-m",
-        "sim.cli",
+        "kvsched.cli",
         "sweep",
         sweep_file,
         "--out",

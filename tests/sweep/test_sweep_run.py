@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from kvsched.experiment import resolve_arms, run_arm
+from kvsched.sweep import run_sweep
+from kvsched.sweep_backends import LocalPool
+from kvsched.sweep_spec import Point, parse_sweep, point_id
+from kvsched.sweep_store import JOURNAL
 from sim.config import parse_config
-from sim.experiment import resolve_arms, run_arm
-from sim.sweep import run_sweep
-from sim.sweep_backends import LocalPool
-from sim.sweep_spec import Point, parse_sweep, point_id
-from sim.sweep_store import JOURNAL
 
 
 def results(table: pd.DataFrame) -> pd.DataFrame:

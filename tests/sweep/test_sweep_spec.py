@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cli import main
+from kvsched.cli import main
+from kvsched.sweep_spec import grid_values, load_sweep, parse_sweep
+from kvsched.sweep_validate import set_path
 from sim.config import ConfigError
-from sim.sweep_spec import grid_values, load_sweep, parse_sweep
-from sim.sweep_validate import set_path
 
 
 def test_grid_points_in_product_order_with_resolved_configs(tiny_base):

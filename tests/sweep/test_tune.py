@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.sweep_spec import parse_sweep
-from sim.sweep_store import SweepStore, write_parquet
-from sim.tune import TUNE_AXES, choose, tune_spec, write_choice
+from kvsched.cli import main
+from kvsched.sweep_spec import parse_sweep
+from kvsched.sweep_store import SweepStore, write_parquet
+from kvsched.tune import TUNE_AXES, choose, tune_spec, write_choice
 
 
 def test_tune_spec_sweeps_the_template_on_the_models_config(tiny_base):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sim.experiment import run_experiment
+from kvsched.experiment import run_experiment
 from workloads.trace_loaders import load_trace
 from workloads.trace_stats import trace_stats
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cli import main
+from kvsched.cli import main
 from workloads.trace_data import TraceBuilder
 from workloads.trace_loaders import load_trace
 from workloads.trace_stats import (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvsched.experiment import resolve_arms, run_arm
 from sim.config import load_config_file
-from sim.experiment import resolve_arms, run_arm
 
 STUDIES = Path(__file__).resolve().parents[3] / "studies"
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from kvsched.experiment import BUILTIN_ARMS, resolve_arms
 from policies.registry import REGISTRY, make_policy
 from sim.config import ConfigError, ExperimentConfig, format_validation_error, parse_config
-from sim.experiment import BUILTIN_ARMS, resolve_arms
 from workloads.registry import WORKLOADS
 
 ARM_AXIS = "arm"  # the one axis that is not a config path: which arm's overrides the point runs

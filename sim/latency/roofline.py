@@ -3,41 +3,18 @@
 Two models share one Protocol. `RooflineLatency` is the documented fallback: every part of the
 step takes max(FLOPs / matmul rate, bytes / HBM bandwidth) at the GPU preset's measured-class
 ceilings, plus a ring all-reduce over the interconnect for tensor parallelism; it is a lower bound
-(no launch overhead, no efficiency loss). `sim.calibration.CalibratedLatency` replaces the
+(no launch overhead, no efficiency loss). `sim.latency.calibrated.CalibratedLatency` replaces the
 compute parts with tables measured on the real GPU by our Triton kernels (`kvsched calibrate`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
-
 import numpy as np
 
 from sim.config import GpuConfig, ModelConfig
+from sim.latency.base import StepPlan
 
-CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "kernels" / "calibration"
 ALLREDUCE_LATENCY_S = 10e-6  # per all-reduce call: NCCL small-message latency class on NVLink
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """One engine step on one node (all tensor-parallel ranks together)."""
-
-    prefill_new: np.ndarray  # int64 [num_prefill_chunks]: new prompt tokens computed per chunk
-    prefill_ctx: np.ndarray  # int64 [num_prefill_chunks]: tokens already in KV before the chunk
-    decode_ctx: np.ndarray  # int64 [num_decode]: context length (tokens in KV) per decode
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.prefill_new.sum()) + int(self.decode_ctx.shape[0])
-
-
-class LatencyModel(Protocol):
-    name: str
-
-    def step_time_s(self, plan: StepPlan) -> float: ...
 
 
 class RooflineLatency:
@@ -90,11 +67,3 @@ class RooflineLatency:
         nbytes = tokens * self.model.hidden_size * self.model.dtype_bytes
         per_call = 2 * (self.tp - 1) / self.tp * nbytes / self.gpu.interconnect_bytes_per_s
         return 2 * self.model.num_layers * (per_call + ALLREDUCE_LATENCY_S)
-
-
-def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyModel:
-    """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline."""
-    from sim.calibration import calibrated_latency_for
-
-    calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
-    return calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.network import Flow, Network
-from sim.page_index_codec import encoded_size
+from sim.xnode.network import Flow, Network
+from sim.xnode.page_index_codec import encoded_size
 
 if TYPE_CHECKING:
-    from sim.placement import Record
     from sim.sequence import Sequence
+    from sim.xnode.placement import Record
 
 
 class PageTraffic:

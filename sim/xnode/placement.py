@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.kv.manager import PagedKV
-from sim.network import Network
-from sim.page_traffic import PageTraffic
 from sim.sequence import Sequence, Status
+from sim.xnode.network import Network
+from sim.xnode.page_traffic import PageTraffic
 
 if TYPE_CHECKING:
     from sim.config import ExperimentConfig

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from sim.config import ConfigError
-from sim.latency import RooflineLatency
+from sim.latency.roofline import RooflineLatency
 
 SCHEMA = "kvsched-calibration/1"
 _REQUIRED_TOP = ("schema", "device", "torch", "triton", "date", "tables")

@@ -32,7 +32,7 @@ def run_point(task: dict) -> dict:
     record = {k: task[k] for k in ("point_id", "index", "arm", "values")}
     started = time.perf_counter()
     try:
-        from sim.experiment import run_arm  # inside: a node missing the code records why
+        from kvsched.experiment import run_arm  # inside: a node missing the code records why
 
         started = time.perf_counter()
         cfg = parse_config(task["config"], source="point")

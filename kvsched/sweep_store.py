@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvsched.sweep_spec import Point, Sweep
+from kvsched.sweep_validate import ARM_AXIS
 from sim.config import ConfigError
-from sim.sweep_spec import Point, Sweep
-from sim.sweep_validate import ARM_AXIS
+from sim.rundir import cell
 
 JOURNAL, PLAN, TABLE_CSV, TABLE_PARQUET = "points.jsonl", "sweep.json", "sweep.csv", "sweep.parquet"
 OK, FAILED = "ok", "failed"
@@ -144,16 +145,6 @@ def write_parquet(df: pd.DataFrame, path: Path) -> bool:
     df.astype({c: "string" for c in mixed}).to_parquet(tmp, index=False)
     os.replace(tmp, path)
     return True
-
-
-def cell(value):
-    """An axis value in a table cell: scalars as they are; null and sections (dicts, lists) as
-    JSON text, so a null value ("use the derived default") stays distinct from a missing cell."""
-    return (
-        json.dumps(value, sort_keys=True)
-        if value is None or isinstance(value, dict | list)
-        else value
-    )
 
 
 def _write_atomic(path: Path, text: str) -> None:

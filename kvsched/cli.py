@@ -59,7 +59,7 @@ def summary_table(summary: dict) -> str:
 
 
 def cmd_run(args) -> int:
-    from sim.experiment import run_experiment
+    from kvsched.experiment import run_experiment
 
     raw = load_config_file(args.config) if args.config else {}
     if args.duration is not None:
@@ -105,7 +105,7 @@ def _register_kernels(sub) -> None:
 
 
 # Each entry is a module with `register(subparsers)`; a feature adds its subcommands there.
-COMMAND_MODULES = ["sim.cli", "reports.cli", "sim.sweep", "sim.tune", "workloads.cli"]
+COMMAND_MODULES = ["kvsched.cli", "reports.cli", "kvsched.sweep", "kvsched.tune", "workloads.cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:

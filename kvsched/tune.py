@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from kvsched.sweep import add_backend_args, check_backend_args, finish, run_sweep
+from kvsched.sweep_spec import parse_sweep
 from sim.config import ConfigError, load_config_file
-from sim.sweep import add_backend_args, check_backend_args, finish, run_sweep
-from sim.sweep_spec import parse_sweep
 
 # The template. Values bracket each default; the page sizes span the article's 16 both ways;
 # protected_share 0.01: prefixes reused by 2 of the last 200 requests (zone capped at 25% of the pool)

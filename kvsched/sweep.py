@@ -18,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from kvsched.sweep_backends import make_backend
+from kvsched.sweep_spec import Point, Sweep, load_sweep
+from kvsched.sweep_store import FAILED, TABLE_CSV, SweepStore
 from sim.config import ConfigError
-from sim.sweep_backends import make_backend
-from sim.sweep_spec import Point, Sweep, load_sweep
-from sim.sweep_store import FAILED, TABLE_CSV, SweepStore
 
 TABLE_EVERY_S = 1.0  # rebuild sweep.csv at most this often while points finish (and at the end)
 

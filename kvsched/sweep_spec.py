@@ -11,7 +11,7 @@ A sweep file (YAML or JSON):
   sampling: grid                       # or random: `budget` points drawn from the grid
   budget: 100
 
-A point is the base resolved for its arm (sim.experiment.resolve_arms), with each axis value set
+A point is the base resolved for its arm (kvsched.experiment.resolve_arms), with each axis value set
 at its path. Everything is checked here, before any simulation: an unknown path, an empty axis, a
 duplicate or a value the config rejects is a ConfigError naming the axis.
 """
@@ -28,8 +28,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvsched.sweep_validate import ARM_AXIS, Resolver
 from sim.config import ConfigError, format_validation_error, load_config_file
-from sim.sweep_validate import ARM_AXIS, Resolver
 
 
 class SweepSpec(BaseModel):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.page_index_codec import encoded_size
+from sim.xnode.page_index_codec import encoded_size
 
 if TYPE_CHECKING:
     from sim.config import NetworkConfig

@@ -28,6 +28,7 @@ from sim import __version__
 from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, deep_merge, parse_config
 from sim.metrics import eviction_frame, request_frame, summarize
+from sim.rundir import arm_dir_name
 from workloads.registry import make_workload
 
 _ROUND_ROBIN = {"routing": {"name": "round_robin", "params": {}}}
@@ -89,7 +90,7 @@ def run_arm(
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
     )
-    cluster = Cluster(cfg, workload, np.random.default_rng([cfg.seed, 1]))
+    cluster = Cluster(cfg, workload, np.random.default_rng([cfg.seed, 1]), make_policy)
     bar = tqdm(
         total=cfg.duration_s,
         desc=f"{arm:>14}",
@@ -127,7 +128,7 @@ def run_experiment(
         summary: dict = {"arms": {}}
         for arm, cfg in configs.items():
             cluster, metrics, requests, series = run_arm(cfg, arm, show_progress)
-            arm_dir = tmp / _safe(arm)
+            arm_dir = tmp / arm_dir_name(arm)
             arm_dir.mkdir()
             _write_json(arm_dir / "config.json", cfg.model_dump(mode="json"))
             requests.to_csv(arm_dir / "requests.csv", index=False, float_format="%.6f")
@@ -174,15 +175,6 @@ def check_out_dir(path: str | Path) -> Path:
     if out.parent == out:
         raise ConfigError(f"--out: {path} is the filesystem root")
     return out
-
-
-def arm_dir_name(arm: str) -> str:
-    return _safe(arm)
-
-
-def _safe(arm: str) -> str:
-    """Arm names become directory names: keep them to a safe alphabet."""
-    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in arm) or "_"
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -1,0 +1,19 @@
+"""Choose a step price: the calibrated tables when the GPU's file has them, else the roofline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.config import GpuConfig, ModelConfig
+from sim.latency.base import LatencyModel
+from sim.latency.calibrated import calibrated_latency_for
+from sim.latency.roofline import RooflineLatency
+
+# The calibration files are data that kernels/ writes; sim reads the file, never the package.
+CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "kernels" / "calibration"
+
+
+def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyModel:
+    """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline."""
+    calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
+    return calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)

@@ -1,0 +1,42 @@
+"""The decisions sim/ delegates, as Protocols; policies/ implements them, the application injects them.
+
+sim/ never imports a concrete policy: whoever builds a cluster hands it a `MakePolicy` factory
+(the application passes `policies.make_policy`), and sim asks it for one object per decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from typing import Any, Protocol
+
+import numpy as np
+
+from sim.config import PolicySpec
+from sim.kv.views import PageStats, Segment
+from sim.views import NodeView, RouteQuery
+
+
+class RoutingPolicy(Protocol):
+    needs_prefix_match: bool
+
+    def route(self, query: RouteQuery, views: Seq[NodeView]) -> int:
+        """Index of the chosen node in `views`."""
+        ...
+
+
+class EvictionPolicy(Protocol):
+    def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
+        """float64 [len(pages)]: eviction priority of each page; the lowest is evicted first."""
+        ...
+
+
+class AdmissionPolicy(Protocol):
+    def admit(self, segment: Segment) -> bool:
+        """True to index the segment's pages for reuse; False frees them when the request ends."""
+        ...
+
+
+class MakePolicy(Protocol):
+    def __call__(self, kind: str, spec: PolicySpec, rng: np.random.Generator | None = None) -> Any:
+        """A policy object of `kind` ("routing", "eviction", ...) as `spec` names it."""
+        ...
