@@ -222,7 +222,7 @@ def _combine_kernel(
     part_lse_ptr,
     seq_lens_ptr,
     out_ptr,
-    lse_ptr,
+    lse_out_ptr,
     stride_pob,
     stride_poh,
     stride_pos,
@@ -278,7 +278,7 @@ def _combine_kernel(
     )
     if WRITE_LSE:
         tl.store(
-            lse_ptr + pid_b * stride_lb + pid_h * stride_lh,
+            lse_out_ptr + pid_b * stride_lb + pid_h * stride_lh,
             (m + tl.log2(w_sum)) * 0.6931471805599453,
         )
 

@@ -1,0 +1,190 @@
+"""Paged chunked-prefill kernel vs the float32 torch reference.
+
+On CPU (CI) the kernel runs under Triton's interpreter with small shapes and small tiles; on a
+GPU the same tests use head_dim 128, the default tiles and longer contexts. Outputs (and the
+log-sum-exp) are poisoned with NaN before every call, so an unwritten element fails.
+"""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernels.paged_decode import SUPPORTED_PAGE_SIZES
+from kernels.paged_prefill import paged_prefill_attention, plan_prefill
+from kernels.reference import make_prefill_batch, paged_prefill_reference, prefill_flops
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+HEAD_DIM = 128 if ON_GPU else 32
+# Small tiles on CPU so that short chunks still span several query tiles and key tiles.
+CFG = {} if ON_GPU else {"block_m": 32, "block_n": 16, "num_warps": 4, "num_stages": 1}
+SCALE = 40 if ON_GPU else 1  # GPU: longer contexts and chunks
+TOL = 1e-2
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref).norm() / ref.norm())
+
+
+def check(
+    ctx,
+    new,
+    num_kv_heads=2,
+    group=4,
+    page_size=16,
+    dtype=torch.bfloat16,
+    seed=0,
+    tokens_per_split=None,
+    causal=True,
+    **cfg,
+):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    q, kv, cu = make_prefill_batch(
+        ctx, new, num_kv_heads, group, HEAD_DIM, page_size, dtype, DEVICE, g, spare_pages=2
+    )
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:2], float("nan"), device=DEVICE)
+    res = paged_prefill_attention(
+        q,
+        kv.k_cache,
+        kv.v_cache,
+        kv.block_tables,
+        kv.seq_lens,
+        cu,
+        out=out,
+        lse_out=lse,
+        causal=causal,
+        tokens_per_split=tokens_per_split,
+        **{**CFG, **cfg},
+    )
+    assert res is out
+    assert bool(torch.isfinite(out).all()), "some output element was not written"
+    ref, ref_lse = paged_prefill_reference(
+        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, causal=causal
+    )
+    err = rel_err(out, ref)
+    assert err < TOL, f"rel err {err:.2e}"
+    assert float((lse - ref_lse).abs().max()) < 1e-3
+    return err
+
+
+# Ragged chunk lengths across page boundaries (+-1), context 0, a chunk of 1.
+RAGGED_CTX = [0, 15, 16, 17, 0, 33]
+RAGGED_NEW = [1, 17, 16, 15, 40, 1]
+
+
+@pytest.mark.parametrize("page_size", SUPPORTED_PAGE_SIZES)
+def test_page_sizes(page_size):
+    check([c * SCALE for c in RAGGED_CTX], RAGGED_NEW, page_size=page_size)
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("split", [None, 16])
+def test_gqa_ratios_and_key_splits(group, split):
+    check(RAGGED_CTX, RAGGED_NEW, group=group, tokens_per_split=split, seed=group)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_dtypes(dtype):
+    check([7 * SCALE, 0], [30, 23], num_kv_heads=1, group=8, dtype=dtype)
+
+
+def test_non_power_of_two_group():
+    # 6 query heads per KV head: padded to 8 rows per token, the 2 padding rows never stored.
+    check([20, 0], [9, 12], num_kv_heads=2, group=6)
+
+
+def test_context_only_decode_like_and_long_context():
+    # One new token over a context (decode through the prefill path) and a long context split.
+    check([90 * SCALE, 64 * SCALE], [1, 3], group=8, tokens_per_split=32 * SCALE)
+
+
+def test_non_causal_attends_to_every_key():
+    check([10, 40], [6, 5], causal=False, tokens_per_split=16)
+
+
+def test_requests_without_new_tokens_are_skipped():
+    check([12, 50, 3], [4, 0, 9], group=4)
+
+
+def test_fp32_out_and_no_lse():
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    q, kv, cu = make_prefill_batch([20], [11], 2, 4, HEAD_DIM, 8, torch.bfloat16, DEVICE, g)
+    out = torch.full(q.shape, float("nan"), device=DEVICE)
+    paged_prefill_attention(
+        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, out=out, **CFG
+    )
+    ref, _ = paged_prefill_reference(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
+    assert rel_err(out, ref) < TOL
+
+
+def test_reusing_a_plan_gives_identical_bits():
+    g = torch.Generator(device=DEVICE).manual_seed(9)
+    q, kv, cu = make_prefill_batch([30, 0], [20, 9], 2, 4, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
+    a = paged_prefill_attention(*args, **CFG)
+    plan = plan_prefill(
+        [20, 9],
+        [50, 9],
+        2,
+        4,
+        device=DEVICE,
+        block_m=CFG.get("block_m", 128),
+        block_n=CFG.get("block_n", 64),
+    )
+    b = paged_prefill_attention(*args, plan=plan, check_bounds=False, **CFG)
+    assert torch.equal(a, b)
+
+
+def test_plan_splits_cut_only_keys_every_row_sees():
+    # 16 new tokens over 1000 cached, forced 128-token splits: every split of a tile starts at
+    # or before the tile's first row position (ctx + q_start), so no row is left without keys.
+    plan = plan_prefill([16], [1016], 1, 8, block_m=128, block_n=64, tokens_per_split=128)
+    work = plan.work.numpy()
+    assert plan.block_q == 16 and plan.n_slots == len(work) == 8
+    assert sorted(work[:, 2].tolist()) == list(range(0, 1024, 128))
+    assert int(work[:, 3].max()) == 1016 and all(work[:, 2] <= 1000)
+    # The heuristic splits only when the tiles cannot fill the GPU: an 8K chunk is not split.
+    big = plan_prefill([8192], [8192], 8, 8, num_sms=132)
+    assert big.n_slots == 0 and big.work.shape[0] == 8192 // 16
+    small = plan_prefill([16], [32768], 8, 8, num_sms=132)
+    assert small.n_slots > 0 and small.work.shape[0] * 8 >= 132
+    # Longest work first.
+    lengths = big.work[:, 3] - big.work[:, 2]
+    assert bool((lengths[:-1] >= lengths[1:]).all())
+
+
+def test_block_q_follows_the_longest_chunk():
+    assert plan_prefill([1], [100], 1, 8).block_q == 2  # 16 rows: one token x 8 heads, padded
+    assert plan_prefill([3, 1], [100, 9], 1, 4).block_q == 4
+    assert plan_prefill([5000], [5000], 1, 8).block_q == 16
+    assert plan_prefill([5000], [5000], 1, 1).block_q == 128
+
+
+def test_prefill_flops_are_causal():
+    # n new over c cached: n*c full pairs plus the n(n+1)/2 triangle.
+    assert prefill_flops([0], [4], 1, 1) == 4 * 10
+    assert prefill_flops([3, 0], [2, 1], 2, 8) == 4 * 8 * 2 * (2 * 3 + 3 + 1)
+    assert np.isclose(prefill_flops([0], [8192], 64, 128), 4 * 128 * 64 * 8192 * 8193 / 2)
+
+
+@settings(
+    max_examples=6 if not ON_GPU else 20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    chunks=st.lists(st.tuples(st.integers(0, 70), st.integers(1, 40)), min_size=1, max_size=3),
+    page_size=st.sampled_from(SUPPORTED_PAGE_SIZES),
+    group=st.sampled_from([1, 2, 4, 8]),
+    num_kv_heads=st.integers(1, 2),
+    split=st.sampled_from([None, 16, 48]),
+    dtype=st.sampled_from([torch.bfloat16, torch.float16]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_shapes(chunks, page_size, group, num_kv_heads, split, dtype, seed):
+    ctx = [c * SCALE for c, _ in chunks]
+    new = [n for _, n in chunks]
+    check(ctx, new, num_kv_heads, group, page_size, dtype, seed, split)
