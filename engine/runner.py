@@ -73,12 +73,16 @@ class GpuExecutor:
         self._cuda = model.pool.k.device.type == "cuda"
 
     def tokens(self, seq, start: int, n: int) -> np.ndarray:
-        """Token ids [n] at positions start.. of prompt ++ generated (a recompute re-reads outputs)."""
+        """Token ids [n] at positions start.. of prompt ++ generated (a recompute re-reads outputs).
+
+        Prompt ids are the workload's (Llama-3 vocabulary); a smaller test model takes them
+        modulo its vocabulary.
+        """
         prompt = seq.req.prompt
         if start + n <= len(prompt):
-            return prompt[start : start + n]
+            return prompt[start : start + n] % self.vocab
         out = self.generated[seq.req.request_id]
-        full = np.concatenate([prompt, np.asarray(out, dtype=prompt.dtype)])
+        full = np.concatenate([prompt % self.vocab, np.asarray(out, dtype=prompt.dtype)])
         return full[start : start + n]
 
     def run(self, items, start_s: float) -> tuple[float, StepRecord]:

@@ -1,0 +1,150 @@
+"""Wall-clock serving loop: real arrivals, the scheduler's steps, the GPU executor's time.
+
+The same loop as the simulator's node, with the clock replaced by perf_counter: requests enter
+at their arrival times (open loop) or when their client's previous request finishes (closed
+loop); the scheduler picks a step at `now`, the executor runs it, and the scheduler applies it
+at the real end time. A step that would end after `duration_s` is not applied, as the
+simulator stops at `duration_s` with that step still in flight.
+
+The driver knows the scheduler only through `Scheduler` below and the request objects; it
+never touches pages or the prefix index.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.runner import GpuExecutor, StepRecord
+
+IDLE_POLL_S = 0.0005  # an idle loop re-checks memory that may come back this often
+SPIN_S = 0.0005  # sleep until this close to an arrival, then spin (sleep overshoots ~0.1 ms)
+
+
+class Step(Protocol):
+    items: list  # (sequence, new tokens, is_prefill)
+
+
+class Scheduler(Protocol):
+    def submit(self, seq, now: float) -> None: ...
+
+    def schedule(self, now: float) -> Step | None: ...
+
+    def apply(self, step: Step, now: float) -> list: ...  # the sequences that finished
+
+    def idle_wait(self, now: float) -> float | None: ...  # nothing runnable: seconds to wait
+
+
+@dataclass
+class RunResult:
+    sequences: list = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+class WallClockDriver:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        executor: GpuExecutor,
+        make_sequence: Callable,  # (request, arrival_s) -> Sequence, status FAILED if it never fits
+        duration_s: float,
+    ):
+        self.scheduler, self.executor = scheduler, executor
+        self.make_sequence = make_sequence
+        self.duration_s = duration_s
+        self.result = RunResult()
+        self._t0 = 0.0
+        self._on_done: Callable | None = None  # closed loop: a finished request frees its client
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def _submit(self, req, arrival_s: float) -> None:
+        seq = self.make_sequence(req, arrival_s)
+        self.result.sequences.append(seq)
+        if seq.status.value == "failed":
+            if self._on_done is not None:
+                self._on_done(seq)
+            return
+        self.scheduler.submit(seq, self.now())
+
+    def run_open_loop(self, requests: Iterator) -> RunResult:
+        pending = iter(requests)
+        nxt = next(pending, None)
+
+        def arrivals(now: float) -> float | None:
+            nonlocal nxt
+            while nxt is not None and nxt.arrival_s <= now and nxt.arrival_s < self.duration_s:
+                self._submit(nxt, nxt.arrival_s)
+                nxt = next(pending, None)
+            if nxt is None or nxt.arrival_s >= self.duration_s:
+                return None
+            return nxt.arrival_s
+
+        return self._loop(arrivals)
+
+    def run_closed_loop(self, requests: Iterator, num_clients: int) -> RunResult:
+        pending = iter(requests)
+        ready: list[float] = []  # times at which a client is free to send
+
+        def done(seq) -> None:
+            ready.append(seq.finish_s if seq.finish_s == seq.finish_s else self.now())
+
+        self._on_done = done
+
+        def arrivals(now: float) -> float | None:
+            while ready:
+                req = next(pending, None)
+                if req is None:
+                    ready.clear()
+                    break
+                self._submit(req, ready.pop())
+            return None
+
+        ready.extend([0.0] * num_clients)
+        return self._loop(arrivals)
+
+    def _loop(self, arrivals: Callable[[float], float | None]) -> RunResult:
+        self._t0 = time.perf_counter()
+        while True:
+            now = self.now()
+            if now >= self.duration_s:
+                break
+            next_arrival = arrivals(now)
+            t = time.perf_counter()
+            step = self.scheduler.schedule(self.now())
+            sched_s = time.perf_counter() - t
+            if not step or not step.items:
+                self._idle(next_arrival)
+                continue
+            start = self.now()
+            _, record = self.executor.run(step.items, start)
+            end = self.now()
+            if end > self.duration_s:
+                break  # still in flight when the run ends
+            t = time.perf_counter()
+            finished = self.scheduler.apply(step, end)
+            record.sched_s = sched_s + time.perf_counter() - t
+            self.result.steps.append(record)
+            for seq in finished:
+                self.executor.forget(seq)
+                if self._on_done is not None:
+                    self._on_done(seq)
+        self.result.wall_s = self.now()
+        return self.result
+
+    def _idle(self, next_arrival: float | None) -> None:
+        wait = self.scheduler.idle_wait(self.now())
+        until = self.duration_s if next_arrival is None else next_arrival
+        if wait is not None:
+            until = min(until, self.now() + max(wait, IDLE_POLL_S))
+        if next_arrival is None and wait is None and self._on_done is not None:
+            until = min(until, self.now() + IDLE_POLL_S)
+        gap = until - self.now()
+        if gap > SPIN_S:
+            time.sleep(gap - SPIN_S)
+        while self.now() < until:
+            pass

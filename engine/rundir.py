@@ -1,0 +1,132 @@
+"""An engine run directory in the simulator's schema, plus steps.csv.
+
+    <out>/config.json          the config as given
+    <out>/engine/config.json   resolved config
+    <out>/engine/requests.csv  sim.metrics.REQUEST_COLUMNS, one row per request
+    <out>/engine/steps.csv     engine.runner.STEP_COLUMNS, one row per applied step
+    <out>/summary.json         {"arms": {"engine": metrics}, "latency_model": "measured:<device>", ...}
+    <out>/run_info.json        wall time and date
+
+The serving metrics use sim.metrics.summarize's names and formulas (times in ms, throughputs per
+second of the run's duration) until sim offers a writer that takes sequences without a Cluster.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine import attention
+from engine.runner import STEP_COLUMNS
+from sim.metrics import REQUEST_COLUMNS
+from sim.sequence import Status
+
+ARM = "engine"
+
+
+def _request_row(s) -> list:
+    return [
+        s.req.request_id, ARM, s.node, s.req.tag, s.arrival_s, s.first_token_s, s.finish_s,
+        s.prompt_tokens, s.cached_tokens, s.num_generated, s.preemptions, s.false_hits,
+        s.wrong_reuse_tokens, s.status.value, s.routed_s, s.use_after_free,
+    ]  # fmt: skip
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if x.size else math.nan
+
+
+def _dist(name: str, x: np.ndarray) -> dict:
+    return {
+        f"mean_{name}": float(x.mean()) if x.size else math.nan,
+        f"p50_{name}": _pct(x, 50),
+        f"p90_{name}": _pct(x, 90),
+        f"p99_{name}": _pct(x, 99),
+    }
+
+
+def metrics(cfg, result, kv, num_preemptions: int) -> dict:
+    done = [s for s in result.sequences if s.status is Status.FINISHED]
+    arr = lambda f: np.array([f(s) for s in done], dtype=np.float64)  # noqa: E731
+    ttft = arr(lambda s: (s.first_token_s - s.arrival_s) * 1e3)
+    e2el = arr(lambda s: (s.finish_s - s.arrival_s) * 1e3)
+    multi = [s for s in done if s.num_generated > 1]
+    tpot = np.array([(s.finish_s - s.first_token_s) * 1e3 / (s.num_generated - 1) for s in multi])
+    steps = np.array([r.duration_s for r in result.steps]) * 1e3
+    out_tok, prompt_tok = sum(s.num_generated for s in done), sum(s.prompt_tokens for s in done)
+    d = cfg.duration_s
+    count = lambda st: sum(s.status is st for s in result.sequences)  # noqa: E731
+    return {
+        "completed": len(done),
+        "failed": count(Status.FAILED),
+        "unfinished": count(Status.UNFINISHED),
+        "duration_s": d,
+        "request_throughput": len(done) / d,
+        "output_throughput": out_tok / d,
+        "total_token_throughput": (out_tok + prompt_tok) / d,
+        **_dist("ttft_ms", ttft),
+        **_dist("tpot_ms", tpot),
+        **_dist("e2el_ms", e2el),
+        "prefix_hit_rate": sum(s.cached_tokens for s in done) / prompt_tok if prompt_tok else 0.0,
+        "preemptions": num_preemptions,
+        "evicted_pages": int(kv.cache.num_evicted_pages),
+        "num_steps": len(result.steps),
+        **_dist("step_ms", steps),
+        "busy_share": float(steps.sum() / 1e3 / d),
+        "mean_prep_ms": float(np.mean([r.prep_s for r in result.steps]) * 1e3)
+        if steps.size
+        else 0.0,
+        "mean_sched_ms": float(np.mean([r.sched_s for r in result.steps]) * 1e3)
+        if steps.size
+        else 0.0,
+        "wall_s": result.wall_s,
+    }
+
+
+def _device() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def write_run(out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int) -> dict:
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / ARM).mkdir(parents=True)
+    _json(tmp / "config.json", raw)
+    _json(tmp / ARM / "config.json", cfg.model_dump(mode="json"))
+    with open(tmp / ARM / "requests.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(REQUEST_COLUMNS)
+        w.writerows(_fmt(_request_row(s)) for s in result.sequences)
+    with open(tmp / ARM / "steps.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(STEP_COLUMNS)
+        w.writerows(_fmt([getattr(r, c) for c in STEP_COLUMNS]) for r in result.steps)
+    summary = {
+        "arms": {ARM: metrics(cfg, result, kv, num_preemptions)},
+        "latency_model": f"measured:{_device()}",
+        "latency_models": {ARM: f"measured:{_device()}"},
+        "prefill_backend": attention.PREFILL_BACKEND,
+        "seed": cfg.seed,
+        "name": cfg.name,
+    }
+    _json(tmp / "summary.json", summary)
+    date = datetime.now(UTC).isoformat(timespec="seconds")
+    _json(tmp / "run_info.json", {"wall_s": round(result.wall_s, 3), "date": date})
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return summary
+
+
+def _fmt(row: list) -> list:
+    return [f"{v:.6f}" if isinstance(v, float) else v for v in row]
+
+
+def _json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,183 @@
+"""`python -m engine.serve --config FILE [--config FILE ...] --out-root DIR`: engine serving runs.
+
+Composition (config -> workload -> sim's KV manager and scheduler -> GPU model -> run directory).
+This belongs in the application package (kvsched/: `kvsched engine run`); it lives here until
+that lands, and is the only engine module that imports workloads/ and policies/ (through sim).
+
+Several configs in one process share the weights, the KV pool tensors and the compiled
+kernels (each run gets a fresh scheduler, KV manager and prefix index, so runs are
+independent); every config must name the same model.
+
+Until sim's pure scheduler (issue 12) lands, `NodeScheduler` drives sim.node.Node's own
+`schedule`/`apply` with a settable clock in place of SimPy's (no SimPy process runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.driver import WallClockDriver
+from engine.kv_pool import KVPool
+from engine.model import PagedModel
+from engine.rundir import write_run
+from engine.runner import GpuExecutor
+from engine.shape import ModelShape
+from engine.warmup import warm_up
+from engine.weights import random_weights
+from policies import make_policy
+from sim.config import load_config_file, parse_config
+from sim.kv.hashing import page_keys
+from sim.kv.manager import paged_kv_from_config
+from sim.latency import make_latency_model
+from sim.sequence import Sequence, Status
+from workloads.registry import make_workload
+
+
+class _Event:
+    triggered = False
+
+    def succeed(self) -> None:
+        self.triggered = True
+
+
+class _Clock:
+    """Stands in for simpy.Environment in Node: `now` is set by the driver; no process runs."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def event(self) -> _Event:
+        return _Event()
+
+    def process(self, generator) -> None:
+        return None
+
+
+class _Step:
+    def __init__(self, items):
+        self.items = items
+
+
+class NodeScheduler:
+    """sim.node.Node's schedule/apply as the engine's Scheduler (temporary, see module doc)."""
+
+    def __init__(self, node_cfg, kv):
+        from sim.node import Node
+
+        self.clock, self.finished = _Clock(), []
+        self.node = Node(self.clock, 0, node_cfg, kv, None, self.finished.append)
+
+    def submit(self, seq, now: float) -> None:
+        self.clock.now = now
+        seq.routed_s = now
+        self.node.submit(seq)
+
+    def schedule(self, now: float):
+        self.clock.now = now
+        batch = self.node.schedule()
+        return _Step(batch) if batch else None
+
+    def apply(self, step, now: float) -> list:
+        self.clock.now = now
+        self.finished.clear()
+        self.node.apply(step.items)
+        self.node.num_steps += 1
+        return list(self.finished)
+
+    def idle_wait(self, now: float) -> float | None:
+        self.clock.now = now
+        return self.node.kv.idle_reclaim(now)
+
+
+def _sequence_factory(cfg, kv, headroom_tokens: int):
+    page = cfg.cache.page_size
+
+    def make(req, arrival_s: float) -> Sequence:
+        seq = Sequence(
+            req=req, keys=page_keys(req.prompt, page, cfg.cache.hash_bits), arrival_s=arrival_s
+        )
+        usable = kv.capacity_tokens() - headroom_tokens
+        if cfg.cache.protected_zone:
+            usable -= int(cfg.cache.protected_max_fraction * kv.capacity_tokens())
+        total = seq.prompt_tokens + req.output_tokens
+        if -(-total // page) * page > usable:  # as sim's cluster: it could never be placed
+            seq.status, seq.finish_s = Status.FAILED, arrival_s
+            seq.drop_tokens()
+        return seq
+
+    return make
+
+
+def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path) -> dict:
+    assert cfg.cluster.num_nodes == 1 and cfg.cache.mechanism == "paged", "one paged node"
+    latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+    kv = paged_kv_from_config(cfg, latency, 0, make_policy)
+    assert kv.cache.pool.num_pages <= model.pool.num_pages
+    scheduler = NodeScheduler(cfg.node, kv)
+    executor = GpuExecutor(model)
+    workload = make_workload(
+        cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
+    )
+    driver = WallClockDriver(
+        scheduler,
+        executor,
+        _sequence_factory(cfg, kv, scheduler.node.headroom_tokens),
+        cfg.duration_s,
+    )
+    if workload.num_clients is None:
+        result = driver.run_open_loop(workload.requests)
+    else:
+        result = driver.run_closed_loop(workload.requests, workload.num_clients)
+    for seq in result.sequences:
+        if seq.status in (Status.WAITING, Status.RUNNING):
+            seq.status = Status.UNFINISHED
+    return write_run(out_dir, raw, cfg, result, kv, scheduler.node.num_preemptions)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", action="append", required=True)
+    ap.add_argument("--out-root", required=True)
+    ap.add_argument("--warmup-steps", type=int, default=40)
+    args = ap.parse_args()
+    raws = [load_config_file(p) for p in args.config]
+    cfgs = [parse_config(r, source=p) for r, p in zip(raws, args.config, strict=True)]
+    assert len({c.model.name for c in cfgs}) == 1, "one model per process"
+    t0 = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    shape = ModelShape.from_model_config(cfgs[0].model)
+    page = cfgs[0].cache.page_size
+    token_bytes = cfgs[0].model.kv_bytes_per_token
+    num_pages = max(c.kv_capacity_bytes // (page * token_bytes) for c in cfgs)
+    weights = random_weights(shape, cfgs[0].seed, device)
+    pool = KVPool(shape.num_layers, num_pages, shape.num_kv_heads, page, shape.head_dim, device)
+    model = PagedModel(shape, weights, pool)
+    warm = warm_up(model, args.warmup_steps, seed=cfgs[0].seed)
+    print(
+        f"setup {time.perf_counter() - t0:.1f}s: {num_pages} pages "
+        f"({pool.num_bytes / 2**30:.1f} GiB KV), warm-up {warm:.1f}s",
+        flush=True,
+    )
+    for raw, cfg, path in zip(raws, cfgs, args.config, strict=True):
+        out = Path(args.out_root) / Path(path).stem
+        summary = serve_one(cfg, raw, model, out)
+        eng = summary["arms"]["engine"]
+        print(
+            f"{cfg.name}: {eng['completed']} done, {eng['num_steps']} steps, "
+            f"ttft p50 {eng['p50_ttft_ms']:.1f} ms, tpot p50 {eng['p50_tpot_ms']:.2f} ms, "
+            f"step p50 {eng['p50_step_ms']:.2f} ms, wall {eng['wall_s']:.1f}s "
+            f"at {datetime.now(UTC).isoformat(timespec='seconds')}",
+            flush=True,
+        )
+    print(json.dumps({"total_s": round(time.perf_counter() - t0, 1)}))
+
+
+if __name__ == "__main__":
+    main()
