@@ -1,4 +1,4 @@
-"""`kvsched report`, `kvsched compare` and `kvsched check`: read run directories, never simulate.
+"""`kvsched report`, `compare`, `check` and `timeline`: read run directories, never simulate.
 
 Exit status: 0 done (check: within tolerance), 1 check found a regression, 2 unusable input
 (missing or malformed files, unknown arm), printed as one line by kvsched.cli.
@@ -29,6 +29,24 @@ def cmd_check(args) -> int:
     return run_check(args.run_dir, args.baseline, update=args.update)
 
 
+def cmd_timeline(args) -> int:
+    from reports.timeline import write_timeline
+    from reports.timeline_data import choose_arm
+    from sim.rundir import arm_dir_name
+
+    arm, _ = choose_arm(Path(args.run_dir), args.arm)
+    out = args.out or Path(args.run_dir) / f"timeline-{arm_dir_name(arm)}.json"
+    path, tl, count = write_timeline(args.run_dir, out, arm, args.start, args.end)
+    if tl.steps is None:
+        print("note: no steps.csv for this arm; run with record_steps: true for the steps track")
+    size_mb = path.stat().st_size / 1e6
+    print(
+        f"timeline: {path} ({count} events, arm {arm}, {tl.start_s:g}-{tl.end_s:g} s, {size_mb:.1f} MB)"
+    )
+    print("open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing")
+    return 0
+
+
 def register(sub) -> None:
     rep = sub.add_parser("report", help="HTML report of one or more run directories")
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -52,3 +70,13 @@ def register(sub) -> None:
         "--update", action="store_true", help="rewrite the baseline from this run, on purpose"
     )
     chk.set_defaults(func=cmd_check)
+
+    tl = sub.add_parser(
+        "timeline", help="Chrome trace-event JSON of one arm (Perfetto, chrome://tracing)"
+    )
+    tl.add_argument("run_dir", metavar="RUN_DIR")
+    tl.add_argument("--arm", help="arm to export (default: the run's first)")
+    tl.add_argument("--out", help="JSON file to write (default RUN_DIR/timeline-ARM.json)")
+    tl.add_argument("--start", type=float, help="window start, simulated s (default 0)")
+    tl.add_argument("--end", type=float, help="window end, simulated s (default: the run's end)")
+    tl.set_defaults(func=cmd_timeline)
