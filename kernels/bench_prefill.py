@@ -91,8 +91,10 @@ def check_prefill(q, kv, cu, out, max_rows: int = 128) -> float:
     return float((out[lo:].float() - ref).norm() / ref.norm())
 
 
-def time_prefill(ctx: int, new: int, cfg: dict, seed: int = 0) -> tuple[float, float]:
-    """(graph ms, rel err) of our kernel on one chunk, with a prebuilt plan."""
+def time_prefill(
+    ctx: int, new: int, cfg: dict, seed: int = 0, check: bool = True
+) -> tuple[float, float]:
+    """(graph ms, rel err or nan) of our kernel on one chunk, with a prebuilt plan."""
     import torch
 
     from kernels.paged_prefill import paged_prefill_attention, plan_prefill
@@ -112,15 +114,12 @@ def time_prefill(ctx: int, new: int, cfg: dict, seed: int = 0) -> tuple[float, f
     out = torch.full_like(q, float("nan"))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
     paged_prefill_attention(*args, out=out, plan=plan, check_bounds=True, **launch_cfg)
-    err = check_prefill(q, kv, cu, out)
-    if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
+    err = check_prefill(q, kv, cu, out) if check else float("nan")
+    if check and (not (err < 1e-2) or not bool(torch.isfinite(out).all())):
         raise RuntimeError(f"prefill output wrong: rel err {err} at c={ctx} n={new} cfg {cfg}")
     ms = bench_ms(
-        lambda: paged_prefill_attention(
-            *args, out=out, plan=plan, check_bounds=False, **launch_cfg
-        )
+        lambda: paged_prefill_attention(*args, out=out, plan=plan, check_bounds=False, **launch_cfg)
     )
-    del q, kv, out
     return ms, err
 
 
@@ -244,15 +243,28 @@ def cascade_rows(copy_tbps: float, prefix_cfg: dict, decode_cfg: dict, log) -> l
     kv = make_shared_prefix_kv(lens, sizes, prefixes, hkv, d, PAGE, torch.bfloat16, dev, g)
     q = torch.randn(len(lens), hq, d, generator=g, device=dev).to(torch.bfloat16)
     plan = plan_cascade(
-        kv.block_tables, kv.seq_lens, sizes, prefixes, PAGE, hkv, hq // hkv, device=dev,
+        kv.block_tables,
+        kv.seq_lens,
+        sizes,
+        prefixes,
+        PAGE,
+        hkv,
+        hq // hkv,
+        device=dev,
         prefix_config=prefix_cfg,
     )
     out = torch.full_like(q, float("nan"))
 
     def casc(check_bounds=False):
         cascade_decode_attention(
-            q, kv.k_cache, kv.v_cache, plan, out=out, check_bounds=check_bounds,
-            prefix_config=prefix_cfg, decode_config=decode_cfg,
+            q,
+            kv.k_cache,
+            kv.v_cache,
+            plan,
+            out=out,
+            check_bounds=check_bounds,
+            prefix_config=prefix_cfg,
+            decode_config=decode_cfg,
         )
 
     casc(True)
@@ -280,12 +292,20 @@ def cascade_rows(copy_tbps: float, prefix_cfg: dict, decode_cfg: dict, log) -> l
     pcfg = {k: v for k, v in prefix_cfg.items() if k in ("block_n", "num_warps", "num_stages")}
     prefix_ms = bench_ms(
         lambda: paged_prefill_attention(
-            q, kv.k_cache, kv.v_cache, plan.prefix_tables, plan.prefix_lens, plan.group_starts,
-            causal=False, out=o_p, lse_out=lse_p, plan=plan.prefix_plan, check_bounds=False,
+            q,
+            kv.k_cache,
+            kv.v_cache,
+            plan.prefix_tables,
+            plan.prefix_lens,
+            plan.group_starts,
+            causal=False,
+            out=o_p,
+            lse_out=lse_p,
+            plan=plan.prefix_plan,
+            check_bounds=False,
             **pcfg,
         )
     )
-    del kv
     _free()
     g = torch.Generator(device=dev).manual_seed(1)
     kv2 = make_paged_kv(lens, hkv, d, PAGE, torch.bfloat16, dev, g)
@@ -294,7 +314,6 @@ def cascade_rows(copy_tbps: float, prefix_cfg: dict, decode_cfg: dict, log) -> l
             q, kv2.k_cache, kv2.v_cache, kv2.block_tables, kv2.seq_lens, out=out2, **hints
         )
     )
-    del kv2
     _free()
     total, unique = sum(lens), plan.unique_tokens
     per_tok = 2 * hkv * d * 2
@@ -335,7 +354,21 @@ def tune_prefill(log, budget_s: float = 120.0) -> tuple[dict, list[dict]]:
     trials: list[dict] = []
     best, best_score = dict(DEFAULT_PREFILL_CONFIG), float("inf")
     t0 = time.time()
-    grid = itertools.product((128, 64), (64, 128, 32), (8, 4), (3, 2, 4))
+    # Most promising first (FA2-style tiles on Hopper); the budget cuts the tail.
+    grid = [
+        (128, 64, 8, 3),
+        (128, 128, 8, 3),
+        (128, 64, 4, 3),
+        (128, 64, 8, 2),
+        (128, 64, 8, 4),
+        (128, 128, 8, 2),
+        (64, 64, 4, 3),
+        (128, 32, 4, 3),
+        (64, 128, 4, 3),
+        (128, 128, 4, 2),
+        (64, 64, 4, 4),
+        *itertools.product((128, 64), (32,), (8,), (2, 4)),
+    ]
     for block_m, block_n, warps, stages in grid:
         if time.time() - t0 > budget_s:
             log("  tune: time budget spent")
@@ -348,18 +381,21 @@ def tune_prefill(log, budget_s: float = 120.0) -> tuple[dict, list[dict]]:
             num_stages=stages,
         )
         try:
-            times = [time_prefill(c, n, cfg)[0] for c, n in shapes]
+            times = [time_prefill(c, n, cfg, check=False)[0] for c, n in shapes]
         except Exception as exc:  # a config that does not compile or run is skipped
             log(f"  tune {cfg}: failed ({type(exc).__name__}: {str(exc)[:80]})")
             continue
         score = float(np.mean(np.log(times)))
         trials.append({**cfg, "ms": dict(zip(map(str, shapes), times, strict=True))})
-        log(f"  tune m{block_m} n{block_n} w{warps} s{stages}: " + " ".join(f"{t:.4f}" for t in times))
+        log(
+            f"  tune m{block_m} n{block_n} w{warps} s{stages}: "
+            + " ".join(f"{t:.4f}" for t in times)
+        )
         if score < best_score:
             best, best_score = cfg, score
     for pps in (1, 4, 8):
         cfg = dict(best, programs_per_sm=pps)
-        times = [time_prefill(c, n, cfg)[0] for c, n in shapes[2:]]
+        times = [time_prefill(c, n, cfg, check=False)[0] for c, n in shapes[2:]]
         trials.append({**cfg, "ms": dict(zip(map(str, shapes[2:]), times, strict=True))})
         log(f"  tune programs_per_sm {pps}: " + " ".join(f"{t:.4f}" for t in times))
     return best, trials

@@ -7,15 +7,22 @@ GPU's shard shapes (heads, MLP width and vocabulary split over `tp`), BF16, devi
                 over token counts;
   lm_head       the vocabulary projection over logit rows;
   decode_attn   our paged decode kernel (page 16, grouped) over batch x context per request;
-  prefill_attn  causal SDPA of a chunk of n new tokens against c + n keys (the chunk sees the
-                c cached tokens and itself causally: bottom-right aligned mask) over n x c.
+  prefill_attn  our paged prefill kernel (kernels.paged_prefill, page 16): a chunk of n new
+                tokens against c cached ones plus itself (causal, bottom-right aligned) over
+                n x c, n from 1 (table version 2; version 1 timed SDPA with KV expanded to the
+                query heads, kept as `prefill_attn_sdpa` where an older file had it);
+  cascade_prefix_attn  the shared-prefix pass of kernels.cascade_decode for one group of g
+                decoding sequences sharing p cached tokens, over g x p (the tails are priced by
+                decode_attn over the tail lengths; the merge is not included).
 Norms, activations and rotary embeddings are not timed: they are a few percent of a step.
-The tensor-parallel all-reduce is not measurable on one GPU; the simulator keeps its roofline.
+The tensor-parallel all-reduce is measured on two GPUs by kernels.allreduce (NCCL), which adds a
+top-level `allreduce_nccl` section to the same file.
+`--parts prefill,cascade` re-measures only those tables and keeps the rest of each table.
 
 `--fidelity N` also times N held-out random step compositions (ragged decode batches, prefill
 chunks, mixes) as one composite layer (all parts launched back to back) plus the LM head, and
 writes them beside the tables; `benchmarks/latency_fidelity.py` compares them with what
-`sim.calibration.CalibratedLatency` predicts from the tables.
+`sim.latency.calibrated.CalibratedLatency` predicts from the tables.
 """
 
 from __future__ import annotations
@@ -31,7 +38,11 @@ import numpy as np
 from kernels import CALIBRATION_DIR
 from kernels.bench import device
 
-SCHEMA = "kvsched-calibration/1"  # must match sim.calibration.SCHEMA
+SCHEMA = "kvsched-calibration/1"  # must match sim.latency.calibrated.SCHEMA
+# Bumped when a table changes meaning but not shape (the schema stays readable by sim/):
+# 2 = prefill_attn from kernels.paged_prefill with n >= 1, cascade_prefix_attn added.
+TABLE_VERSION = 2
+ALL_PARTS = ("gemm", "lm_head", "decode", "prefill", "cascade")
 DEFAULT_TARGETS = (("article-70b", 2), ("llama-3-8b", 1), ("llama-3-70b", 2))
 GEMM_TOKENS = (
     1,
@@ -70,8 +81,10 @@ GEMM_TOKENS = (
 LM_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DECODE_CONTEXT = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
-PREFILL_NEW = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+PREFILL_NEW = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
 PREFILL_CONTEXT = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+CASCADE_GROUP = (2, 4, 8, 16, 32, 64, 128)
+CASCADE_PREFIX = (256, 512, 1024, 2048, 4096, 8192, 16384)
 PAGE_SIZE = 16
 
 
@@ -84,7 +97,7 @@ def model_shapes(name: str) -> dict:
 
 
 def shard_shapes(preset: dict, tp: int) -> dict[str, int]:
-    """Per-GPU shapes under tensor parallelism (same keys as sim.calibration.expected_shapes)."""
+    """Per-GPU shapes under tensor parallelism (same keys as sim.latency.calibrated.expected_shapes)."""
     if preset["num_q_heads"] % tp or preset["intermediate_size"] % tp:
         raise ValueError(f"tp={tp} does not divide the heads / MLP width of {preset}")
     return {
@@ -138,12 +151,25 @@ def fidelity_plans(
 class LayerParts:
     """One layer's weights, KV pool and activations on the GPU, and callables for each part."""
 
-    def __init__(self, shapes: dict[str, int], max_tokens: int, pool_tokens: int, cfg: dict):
+    def __init__(
+        self,
+        shapes: dict[str, int],
+        max_tokens: int,
+        pool_tokens: int,
+        cfg: dict,
+        prefill_cfg: dict | None = None,
+        cascade_cfg: dict | None = None,
+    ):
         import torch
+
+        from kernels.cascade_decode import DEFAULT_PREFIX_CONFIG
+        from kernels.paged_prefill import DEFAULT_PREFILL_CONFIG
 
         self.torch = torch
         self.s = shapes
         self.cfg = cfg
+        self.prefill_cfg = {**DEFAULT_PREFILL_CONFIG, **(prefill_cfg or {})}
+        self.cascade_cfg = {**DEFAULT_PREFIX_CONFIG, **(cascade_cfg or {})}
         dev, bf16 = device(), torch.bfloat16
         self.dev = dev
         h, d = shapes["hidden_size"], shapes["head_dim"]
@@ -212,7 +238,76 @@ class LayerParts:
             q, self.k_cache, self.v_cache, table, seq_lens, out=out, check_bounds=False, **hints
         )
 
+    def _table(self, n_tokens_list: list[int]):
+        """Block tables of random pool pages, one row per length."""
+        torch = self.torch
+        pages = [max(1, -(-n // PAGE_SIZE)) for n in n_tokens_list]
+        if sum(pages) > self.n_pages:
+            raise ValueError(f"pool of {self.n_pages} pages too small for {sum(pages)}")
+        perm = torch.randperm(self.n_pages, generator=self.gen, device=self.dev)[: sum(pages)]
+        table = torch.zeros((len(pages), max(pages)), dtype=torch.int32, device=self.dev)
+        at = 0
+        for b, p in enumerate(pages):
+            table[b, :p] = perm[at : at + p].to(torch.int32)
+            at += p
+        return table
+
     def prefill(self, new: int, ctx: int):
+        """Our paged prefill kernel: `new` tokens over `ctx` cached + themselves (causal)."""
+        from kernels.paged_prefill import paged_prefill_attention, plan_prefill
+
+        torch = self.torch
+        hq, hkv, d = self.s["num_q_heads"], self.s["num_kv_heads"], self.s["head_dim"]
+        table = self._table([ctx + new])
+        lens = torch.tensor([ctx + new], dtype=torch.int32, device=self.dev)
+        cu = torch.tensor([0, new], dtype=torch.int32, device=self.dev)
+        q = torch.randn((new, hq, d), device=self.dev, dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        pcfg = self.prefill_cfg
+        plan = plan_prefill(
+            [new],
+            [ctx + new],
+            hkv,
+            hq // hkv,
+            device=self.dev,
+            **{k: pcfg[k] for k in ("block_m", "block_n", "programs_per_sm", "min_split_tokens")},
+        )
+        launch = {k: pcfg[k] for k in ("block_n", "num_warps", "num_stages")}
+        args = (q, self.k_cache, self.v_cache, table, lens, cu)
+        paged_prefill_attention(*args, out=out, plan=plan, **launch)  # validates once
+        return lambda: paged_prefill_attention(
+            *args, out=out, plan=plan, check_bounds=False, **launch
+        )
+
+    def cascade_prefix(self, group_size: int, prefix: int):
+        """The cascade's shared-prefix pass: `group_size` decode queries over `prefix` tokens."""
+        from kernels.paged_prefill import paged_prefill_attention, plan_prefill
+
+        torch = self.torch
+        hq, hkv, d = self.s["num_q_heads"], self.s["num_kv_heads"], self.s["head_dim"]
+        table = self._table([prefix])
+        lens = torch.tensor([prefix], dtype=torch.int32, device=self.dev)
+        cu = torch.tensor([0, group_size], dtype=torch.int32, device=self.dev)
+        q = torch.randn((group_size, hq, d), device=self.dev, dtype=torch.bfloat16)
+        out = torch.empty(q.shape, dtype=torch.float32, device=self.dev)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=self.dev)
+        ccfg = self.cascade_cfg
+        plan = plan_prefill(
+            [group_size],
+            [prefix],
+            hkv,
+            hq // hkv,
+            device=self.dev,
+            causal=False,
+            **{k: ccfg[k] for k in ("block_m", "block_n", "programs_per_sm", "min_split_tokens")},
+        )
+        launch = {k: ccfg[k] for k in ("block_n", "num_warps", "num_stages")}
+        args = (q, self.k_cache, self.v_cache, table, lens, cu)
+        kw = dict(causal=False, out=out, lse_out=lse, plan=plan, **launch)
+        paged_prefill_attention(*args, **kw)
+        return lambda: paged_prefill_attention(*args, check_bounds=False, **kw)
+
+    def prefill_sdpa(self, new: int, ctx: int):
         """Causal attention of `new` query tokens over `ctx + new` keys (bottom-right aligned)."""
         torch = self.torch
         F = torch.nn.functional
@@ -244,6 +339,8 @@ class Grids:
     decode_context: tuple[int, ...] = DECODE_CONTEXT
     prefill_new: tuple[int, ...] = PREFILL_NEW
     prefill_context: tuple[int, ...] = PREFILL_CONTEXT
+    cascade_group: tuple[int, ...] = CASCADE_GROUP
+    cascade_prefix: tuple[int, ...] = CASCADE_PREFIX
     fidelity_max_new: int = 4096
     fidelity_max_chunk_ctx: int = 16384
 
@@ -256,8 +353,18 @@ def calibrate_one(
     log,
     preset: dict | None = None,
     grids: Grids = Grids(),
+    parts_to_measure: tuple[str, ...] = ALL_PARTS,
+    old_table: dict | None = None,
+    attn_cache: dict | None = None,
+    prefill_cfg: dict | None = None,
+    cascade_cfg: dict | None = None,
 ) -> tuple[dict, list]:
-    """One (model, tp): its table for the calibration file and its fidelity records."""
+    """One (model, tp): its table for the calibration file and its fidelity records.
+
+    Only `parts_to_measure` are timed; the other parts are taken from `old_table` (which must
+    then hold them). `attn_cache` (keyed by the attention shard shape) lets presets with the
+    same heads and head_dim share one measurement of the attention tables.
+    """
     import torch
 
     from kernels.bench import bench_ms
@@ -265,38 +372,94 @@ def calibrate_one(
     preset = model_shapes(name) if preset is None else preset
     shapes = shard_shapes(preset, tp)
     g = grids
-    pool_tokens = g.decode_batch[-1] * g.decode_context[-1]
-    parts = LayerParts(shapes, max(g.gemm_tokens), pool_tokens, cfg)
+    want = set(parts_to_measure)
+    if want - set(ALL_PARTS):
+        raise ValueError(f"unknown parts {sorted(want - set(ALL_PARTS))}; known: {ALL_PARTS}")
+    keep = set(ALL_PARTS) - want
+    if keep and old_table is None:
+        raise ValueError(f"no earlier table for {name}:tp{tp} to keep {sorted(keep)} from")
+    pool_tokens = max(
+        g.prefill_new[-1] + g.prefill_context[-1] + PAGE_SIZE,
+        g.cascade_prefix[-1] + PAGE_SIZE,
+        g.decode_batch[-1] * g.decode_context[-1] if ("decode" in want or fidelity_n) else 0,
+    )
+    parts = LayerParts(shapes, max(g.gemm_tokens), pool_tokens, cfg, prefill_cfg, cascade_cfg)
     table: dict = {
         "model": name,
         "tp": tp,
         "shapes": shapes,
         "page_size": PAGE_SIZE,
         "dtype": "bfloat16",
-        "allreduce": "roofline (not measurable on one GPU)",
+        "allreduce": "see the top-level allreduce_nccl section (tp 2, NCCL) where present",
+        "table_version": TABLE_VERSION,
     }
+    if old_table is not None:
+        for key in ("gemm", "lm_head", "decode_attn", "prefill_attn", "prefill_attn_sdpa"):
+            if key in old_table:
+                table[key] = old_table[key]
+        if (
+            "prefill_attn_sdpa" not in old_table
+            and "prefill_attn" in old_table
+            and old_table.get("table_version", 1) < 2
+        ):
+            table["prefill_attn_sdpa"] = old_table["prefill_attn"]
+        if "cascade_prefix_attn" in old_table:
+            table["cascade_prefix_attn"] = old_table["cascade_prefix_attn"]
+    attn_key = (shapes["num_q_heads"], shapes["num_kv_heads"], shapes["head_dim"])
+    cached = (attn_cache if attn_cache is not None else {}).setdefault(attn_key, {})
 
-    gemm_ms = [bench_ms(parts.gemm(t)) for t in g.gemm_tokens]
-    table["gemm"] = {"tokens": list(g.gemm_tokens), "ms": gemm_ms}
-    log(f"  gemm: {gemm_ms[0]:.3f} ms @1 .. {gemm_ms[-1]:.3f} ms @{g.gemm_tokens[-1]}")
-    lm_ms = [bench_ms(parts.lm_head(t)) for t in g.lm_tokens]
-    table["lm_head"] = {"tokens": list(g.lm_tokens), "ms": lm_ms}
-    log(f"  lm_head: {lm_ms[0]:.3f} .. {lm_ms[-1]:.3f} ms")
-
-    dec = [[bench_ms(parts.decode([c] * b)) for c in g.decode_context] for b in g.decode_batch]
-    table["decode_attn"] = {
-        "batch": list(g.decode_batch),
-        "context": list(g.decode_context),
-        "ms": dec,
-    }
-    log(f"  decode: {dec[0][0]:.4f} .. {dec[-1][-1]:.3f} ms")
-    pre = [[bench_ms(parts.prefill(n, c)) for c in g.prefill_context] for n in g.prefill_new]
-    table["prefill_attn"] = {
-        "new_tokens": list(g.prefill_new),
-        "context": list(g.prefill_context),
-        "ms": pre,
-    }
-    log(f"  prefill: {pre[0][0]:.4f} .. {pre[-1][-1]:.3f} ms")
+    if "gemm" in want:
+        gemm_ms = [bench_ms(parts.gemm(t)) for t in g.gemm_tokens]
+        table["gemm"] = {"tokens": list(g.gemm_tokens), "ms": gemm_ms}
+        log(f"  gemm: {gemm_ms[0]:.3f} ms @1 .. {gemm_ms[-1]:.3f} ms @{g.gemm_tokens[-1]}")
+    if "lm_head" in want:
+        lm_ms = [bench_ms(parts.lm_head(t)) for t in g.lm_tokens]
+        table["lm_head"] = {"tokens": list(g.lm_tokens), "ms": lm_ms}
+        log(f"  lm_head: {lm_ms[0]:.3f} .. {lm_ms[-1]:.3f} ms")
+    if "decode" in want:
+        if "decode_attn" not in cached:
+            dec = [
+                [bench_ms(parts.decode([c] * b)) for c in g.decode_context] for b in g.decode_batch
+            ]
+            cached["decode_attn"] = {
+                "batch": list(g.decode_batch),
+                "context": list(g.decode_context),
+                "ms": dec,
+            }
+        table["decode_attn"] = cached["decode_attn"]
+        dec = table["decode_attn"]["ms"]
+        log(f"  decode: {dec[0][0]:.4f} .. {dec[-1][-1]:.3f} ms")
+    if "prefill" in want:
+        if "prefill_attn" not in cached:
+            pre = [
+                [bench_ms(parts.prefill(n, c)) for c in g.prefill_context] for n in g.prefill_new
+            ]
+            cached["prefill_attn"] = {
+                "new_tokens": list(g.prefill_new),
+                "context": list(g.prefill_context),
+                "ms": pre,
+                "source": "kernels.paged_prefill (page 16, GQA-grouped, causal bottom-right)",
+                "config": dict(parts.prefill_cfg),
+            }
+        table["prefill_attn"] = cached["prefill_attn"]
+        pre = table["prefill_attn"]["ms"]
+        log(f"  prefill: {pre[0][0]:.4f} .. {pre[-1][-1]:.3f} ms")
+    if "cascade" in want:
+        if "cascade_prefix_attn" not in cached:
+            cas = [
+                [bench_ms(parts.cascade_prefix(gs, p)) for p in g.cascade_prefix]
+                for gs in g.cascade_group
+            ]
+            cached["cascade_prefix_attn"] = {
+                "group_size": list(g.cascade_group),
+                "prefix_len": list(g.cascade_prefix),
+                "ms": cas,
+                "source": "kernels.cascade_decode prefix pass (paged_prefill, causal=False)",
+                "config": dict(parts.cascade_cfg),
+            }
+        table["cascade_prefix_attn"] = cached["cascade_prefix_attn"]
+        cas = table["cascade_prefix_attn"]["ms"]
+        log(f"  cascade prefix: {cas[0][0]:.4f} .. {cas[-1][-1]:.3f} ms")
 
     records = []
     plans = fidelity_plans(
@@ -331,10 +494,15 @@ def calibrate_one(
 
 
 def merge_tables(old: dict | None, new_tables: list[dict], meta: dict) -> dict:
-    """New file content: `meta` plus old tables for other (model, tp), replaced where re-measured."""
+    """New file content: `meta` plus old tables for other (model, tp), replaced where re-measured.
+
+    Top-level sections measured elsewhere (`allreduce_nccl`) and the earlier run's metadata
+    (`previous_runs`) are kept.
+    """
     keys = {(t["model"], t["tp"]) for t in new_tables}
     kept = [t for t in (old or {}).get("tables", []) if (t["model"], t["tp"]) not in keys]
-    return {"schema": SCHEMA, **meta, "tables": kept + new_tables}
+    extra = {k: v for k, v in (old or {}).items() if k in ("allreduce_nccl",)}
+    return {"schema": SCHEMA, **meta, **extra, "tables": kept + new_tables}
 
 
 def parse_targets(text: str) -> list[tuple[str, int]]:
@@ -366,8 +534,17 @@ def main(argv: list[str] | None = None) -> int:
         help="where to write them (default: <out stem>_fidelity.json)",
     )
     ap.add_argument("--kernel-config", default="{}", help="JSON kwargs for the decode launcher")
+    ap.add_argument("--prefill-config", default="{}", help="JSON paged-prefill config")
+    ap.add_argument("--cascade-config", default="{}", help="JSON cascade prefix-pass config")
+    ap.add_argument(
+        "--parts",
+        default=",".join(ALL_PARTS),
+        help=f"comma-separated subset of {','.join(ALL_PARTS)} to re-measure; the other parts "
+        "of each table are kept from the existing --out file",
+    )
     args = ap.parse_args(argv)
     targets = parse_targets(args.targets)
+    parts = tuple(p for p in args.parts.split(",") if p)
 
     import torch
 
@@ -390,9 +567,22 @@ def main(argv: list[str] | None = None) -> int:
     old = json.loads(args.out.read_text()) if args.out.is_file() else None
     old_fid = json.loads(fid_path.read_text()) if fid_path.is_file() else {}
     tables, fidelity = [], {}
+    old_tables = {(t["model"], t["tp"]): t for t in (old or {}).get("tables", [])}
+    attn_cache: dict = {}
     for name, tp in targets:
-        print(f"# calibrating {name} tp={tp}", flush=True)
-        table, records = calibrate_one(name, tp, args.fidelity, cfg, lambda m: print(m, flush=True))
+        print(f"# calibrating {name} tp={tp}: {','.join(parts)}", flush=True)
+        table, records = calibrate_one(
+            name,
+            tp,
+            args.fidelity,
+            cfg,
+            lambda m: print(m, flush=True),
+            parts_to_measure=parts,
+            old_table=old_tables.get((name, tp)),
+            attn_cache=attn_cache,
+            prefill_cfg=json.loads(args.prefill_config),
+            cascade_cfg=json.loads(args.cascade_config),
+        )
         tables.append(table)
         if records:
             fidelity[f"{name}:tp{tp}"] = records

@@ -54,9 +54,13 @@ def test_parse_targets():
 
 
 def test_merge_keeps_other_tables():
-    old = {"tables": [{"model": "a", "tp": 1, "v": 1}, {"model": "b", "tp": 2, "v": 1}]}
+    old = {
+        "allreduce_nccl": [{"tp": 2}],
+        "tables": [{"model": "a", "tp": 1, "v": 1}, {"model": "b", "tp": 2, "v": 1}],
+    }
     new = merge_tables(old, [{"model": "b", "tp": 2, "v": 2}], {"device": "X"})
     assert new["schema"] == SCHEMA and new["device"] == "X"
+    assert new["allreduce_nccl"] == [{"tp": 2}]
     assert new["tables"] == [{"model": "a", "tp": 1, "v": 1}, {"model": "b", "tp": 2, "v": 2}]
 
 
@@ -88,15 +92,54 @@ def test_calibrate_one_runs_end_to_end_on_cpu():
         lm_tokens=(1, 4),
         decode_batch=(1, 2),
         decode_context=(16, 48),
-        prefill_new=(16, 32),
+        prefill_new=(1, 32),
         prefill_context=(0, 32),
+        cascade_group=(2, 3),
+        cascade_prefix=(16, 32),
         fidelity_max_new=32,
         fidelity_max_chunk_ctx=32,
     )
+    small = {"block_m": 16, "block_n": 16, "num_warps": 4, "num_stages": 1}
     table, records = calibrate_one(
-        "tiny", 2, 3, {"block_n": 16}, lambda m: None, preset=preset, grids=grids
+        "tiny",
+        2,
+        3,
+        {"block_n": 16},
+        lambda m: None,
+        preset=preset,
+        grids=grids,
+        prefill_cfg=small,
+        cascade_cfg=small,
     )
     validate_table(table)
     assert table["shapes"]["num_q_heads"] == 4 and table["shapes"]["num_kv_heads"] == 1
     assert len(table["decode_attn"]["ms"]) == 2 and len(table["prefill_attn"]["ms"][0]) == 2
+    assert table["table_version"] == 2 and "paged_prefill" in table["prefill_attn"]["source"]
+    assert len(table["cascade_prefix_attn"]["ms"]) == 2
     assert len(records) == 3 and all(r["measured_s"] > 0 for r in records)
+
+    # Re-measure only the attention parts of a version-1 table: the GEMM tables are kept and
+    # the old (SDPA) prefill table moves to prefill_attn_sdpa.
+    old = {**table, "table_version": 1, "gemm": {"tokens": [1, 8], "ms": [9.0, 9.5]}}
+    del old["cascade_prefix_attn"]
+    new, _ = calibrate_one(
+        "tiny",
+        2,
+        0,
+        {"block_n": 16},
+        lambda m: None,
+        preset=preset,
+        grids=grids,
+        parts_to_measure=("prefill", "cascade"),
+        old_table=old,
+        prefill_cfg=small,
+        cascade_cfg=small,
+    )
+    validate_table(new)
+    assert new["gemm"] == old["gemm"] and new["decode_attn"] == old["decode_attn"]
+    assert new["prefill_attn_sdpa"] == old["prefill_attn"]
+    assert "cascade_prefix_attn" in new
+    with pytest.raises(ValueError, match="no earlier table"):
+        calibrate_one(
+            "tiny", 2, 0, {}, None, preset=preset, grids=grids, parts_to_measure=("gemm",)
+        )
