@@ -9,8 +9,10 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from reports.html import write_report
 from sim.rundir import arm_dir_name
@@ -224,17 +226,41 @@ def test_two_runs_in_one_report_label_arms_by_run(tiny_run, tmp_path):
     assert len([f for f in page.figures if f.startswith("fig-kv-")]) == 2
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium not installed")
-def test_chromium_renders_without_console_errors(report, tmp_path):
-    """The real browser: scripts/screenshot_report.sh fails on any console error."""
+def screenshot(html: str, tmp_path: Path, width: int = 1000, height: int = 1200) -> np.ndarray:
+    """Render with headless Chromium (scripts/screenshot_report.sh fails on any console message);
+    the screenshot as an RGB array."""
     page = tmp_path / "r.html"
-    page.write_text(report[0], encoding="utf-8")
+    page.write_text(html, encoding="utf-8")
     script = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
+    png = tmp_path / "r.png"
     done = subprocess.run(
-        [str(script), str(page), str(tmp_path / "r.png"), "1000", "1200"],
+        [str(script), str(page), str(png), str(width), str(height)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    log = Path(str(png) + ".console.log").read_text(errors="replace")
+    assert ":CONSOLE" not in log and "Uncaught" not in log, log[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return np.asarray(Image.open(png).convert("RGB"))
+
+
+def assert_not_blank(pixels: np.ndarray) -> None:
+    """Ink on the page: plenty of non-white pixels, several colours (text and plots drawn)."""
+    ink = (pixels < 200).any(axis=2)
+    assert ink.mean() > 0.01, f"only {ink.mean():.2%} of the screenshot is not white"
+    assert len(np.unique(pixels.reshape(-1, 3)[::7], axis=0)) > 20
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium not installed")
+def test_chromium_renders_without_console_errors(report, tmp_path):
+    """The real browser: no console message, and the screenshot shows the report."""
+    assert_not_blank(screenshot(report[0], tmp_path))
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium not installed")
+def test_blank_page_is_caught(tmp_path):
+    """The check itself: an empty page fails it."""
+    with pytest.raises(AssertionError, match="not white"):
+        assert_not_blank(screenshot("<!doctype html><title>x</title>", tmp_path))
