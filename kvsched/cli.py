@@ -23,7 +23,9 @@ SUMMARY_COLUMNS = [
     ("oom_events", "OOM", "{}"),
     ("preemptions", "preempt", "{}"),
     ("completed", "done", "{}"),
+    ("unfinished", "unfinished", "{}"),
 ]
+UNFINISHED_WARN_SHARE = 0.01  # above this share of requests left in flight, latencies mislead
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +57,33 @@ def summary_table(summary: dict) -> str:
         "  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows]
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + f"\nlatency model: {summary.get('latency_model')}"
+    lines.append(f"latency model: {summary.get('latency_model')}")
+    if "step_overhead_ms" in first:
+        lines.append(
+            f"step overhead: {first['step_overhead_ms']:g} ms per step "
+            f"({first.get('step_overhead_source')})"
+        )
+    lines += [_unfinished_warning(arm, m) for arm, m in arms.items() if _unfinished_share(m) > 0]
+    return "\n".join(line for line in lines if line)
+
+
+def _unfinished_share(m: dict) -> float:
+    total = (m.get("completed") or 0) + (m.get("failed") or 0) + (m.get("unfinished") or 0)
+    return (m.get("unfinished") or 0) / total if total else 0.0
+
+
+def _unfinished_warning(arm: str, m: dict) -> str:
+    """One line when more than 1% of an arm's requests never finished: its P99s are optimistic."""
+    share = _unfinished_share(m)
+    if share <= UNFINISHED_WARN_SHARE:
+        return ""
+    ttft = _fmt("", m.get("p99_ttft_censored_ms"), "{:.0f}")
+    e2el = _fmt("", m.get("p99_e2el_censored_ms"), "{:.0f}")
+    return (
+        f"warning: {arm}: {m['unfinished']} requests ({share:.1%}) unfinished at the end; "
+        f"latencies count finished requests only (censored P99 TTFT >= {ttft} ms, "
+        f"P99 E2E >= {e2el} ms)"
+    )
 
 
 def cmd_run(args) -> int:

@@ -35,6 +35,9 @@ METRICS = {
         Metric("p50_e2el_ms", "P50 E2E", "ms", "{:,.0f}", -1),
         Metric("p99_e2el_ms", "P99 E2E", "ms", "{:,.0f}", -1),
         Metric("mean_e2el_ms", "mean E2E", "ms", "{:,.0f}", -1),
+        # Unfinished requests counted at their age at the end: lower bounds of the true P99s.
+        Metric("p99_ttft_censored_ms", "P99 TTFT, censored lower bound", "ms", "{:,.0f}", -1),
+        Metric("p99_e2el_censored_ms", "P99 E2E, censored lower bound", "ms", "{:,.0f}", -1),
         Metric("prefix_hit_rate", "prefix hit rate", "%", "{:.1f}", +1, 100.0),
         Metric("peak_kv_bytes", "peak KV", "GB", "{:,.0f}", -1, 1e-9),
         Metric("kv_utilization", "KV utilisation", "%", "{:.1f}", +1, 100.0),
@@ -42,6 +45,7 @@ METRICS = {
         Metric("preemptions", "preemptions", "", "{:,.0f}", -1),
         Metric("completed", "completed", "", "{:,.0f}", +1),
         Metric("failed", "failed", "", "{:,.0f}", -1),
+        Metric("unfinished", "unfinished at the end", "", "{:,.0f}", -1),
         Metric("false_hits", "false hits", "", "{:,.0f}", 0),
         Metric("wrong_reuse_tokens", "wrong-reuse tokens", "", "{:,.0f}", -1),
         Metric("use_after_free", "use-after-free", "", "{:,.0f}", -1),

@@ -112,6 +112,7 @@ def _provenance(run: Run) -> str:
         ("seed", s.get("seed", "-")),
         ("version", s.get("version", "-")),
         ("latency model", s.get("latency_model", "-")),
+        ("step overhead", _step_overhead(s)),
         ("date", info.get("date", "-")),
         ("wall time", f"{wall:.1f} s" if isinstance(wall, int | float) else "-"),
     ]
@@ -125,6 +126,16 @@ def _provenance(run: Run) -> str:
         if c
     )
     return f'<dl class="prov">{dl}</dl>{det}'
+
+
+def _step_overhead(summary: dict) -> str:
+    """The fixed per-step cost the arms were priced with, and its source ("not measured")."""
+    seen = {
+        f"{m['step_overhead_ms']:g} ms per step ({m.get('step_overhead_source', '-')})"
+        for m in summary.get("arms", {}).values()
+        if isinstance(m.get("step_overhead_ms"), int | float)
+    }
+    return "; ".join(sorted(seen)) or "-"
 
 
 def render(runs: list[Run]) -> str:

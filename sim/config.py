@@ -71,6 +71,11 @@ class GpuConfig(Strict):
     bf16_flops_per_s: float = Field(gt=0)
     interconnect_bytes_per_s: float = Field(gt=0)
     calibration: str | None = None
+    # Fixed cost of every engine step that the priced kernels leave out (norms, rotary,
+    # activations, sampling, the scheduler's CPU time), seconds, with where the number comes from.
+    # 0 and "not measured" until engine/ measures it: set both in sim/presets.py's GPU preset.
+    step_overhead_s: float = Field(default=0.0, ge=0)
+    step_overhead_source: str = "not measured"
 
 
 class NodeConfig(Strict):
@@ -199,6 +204,13 @@ class ExperimentConfig(Strict):
     duration_s: float = Field(default=1200.0, gt=0)
     # Sample per-node time series every this many simulated seconds.
     sample_interval_s: float = Field(default=1.0, gt=0)
+    # Measurement window. Requests that arrive before warmup_s are served but not counted (the
+    # caches and queues fill first). With drain_s > 0 no request is sent after duration_s and the
+    # run goes on until every counted request is done or drain_s more seconds pass; without it a
+    # request still in flight at duration_s is `unfinished` (summary.json counts it and gives
+    # censored P99 lower bounds). Throughput divides by the window: warmup_s to the run's end.
+    warmup_s: float = Field(default=0.0, ge=0)
+    drain_s: float = Field(default=0.0, ge=0)
     workload: WorkloadConfig = WorkloadConfig()
     model: ModelConfig = Field(
         default="article-70b", validate_default=True
@@ -247,6 +259,14 @@ class ExperimentConfig(Strict):
     @classmethod
     def _gpu_preset(cls, v: Any) -> Any:
         return _preset(v, GPU_PRESETS, "gpu")
+
+    @model_validator(mode="after")
+    def _warmup_inside_run(self) -> ExperimentConfig:
+        if self.warmup_s >= self.duration_s:
+            raise ValueError(
+                f"warmup_s={self.warmup_s} must be shorter than duration_s={self.duration_s}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _race_window_is_local(self) -> ExperimentConfig:

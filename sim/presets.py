@@ -47,6 +47,11 @@ GPU_PRESETS: dict[str, dict] = {
         bf16_flops_per_s=790e12,
         interconnect_bytes_per_s=450e9,
         calibration="h200.json",
+        # Per-step overhead outside the priced kernels (issue 15): the real engine (engine/)
+        # measures it; put its value here with the source (file, date, command), e.g.
+        # step_overhead_s=2.0e-3, step_overhead_source="engine/bench ... H200, 2026-12-..".
+        step_overhead_s=0.0,
+        step_overhead_source="not measured",
     ),
     "h100": dict(
         hbm_bytes=80e9,

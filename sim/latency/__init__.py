@@ -1,6 +1,6 @@
 """Latency models: the roofline, the GPU-calibrated tables, and the factory that picks one."""
 
-from sim.latency.base import LatencyModel, StepPlan
+from sim.latency.base import LatencyModel, StepOverhead, StepPlan
 from sim.latency.calibrated import CalibratedLatency
 from sim.latency.factory import CALIBRATION_DIR, make_latency_model
 from sim.latency.roofline import RooflineLatency
@@ -10,6 +10,7 @@ __all__ = [
     "CalibratedLatency",
     "LatencyModel",
     "RooflineLatency",
+    "StepOverhead",
     "StepPlan",
     "make_latency_model",
 ]

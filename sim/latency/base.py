@@ -25,3 +25,15 @@ class LatencyModel(Protocol):
     name: str
 
     def step_time_s(self, plan: StepPlan) -> float: ...
+
+
+class StepOverhead:
+    """A latency model plus a fixed cost per step: what the priced kernels leave out (norms,
+    rotary, activations, sampling, the scheduler's CPU time), `gpu.step_overhead_s`."""
+
+    def __init__(self, inner: LatencyModel, overhead_s: float):
+        self.inner, self.overhead_s = inner, overhead_s
+        self.name = f"{inner.name}+{overhead_s * 1e3:g}ms/step"
+
+    def step_time_s(self, plan: StepPlan) -> float:
+        return self.inner.step_time_s(plan) + self.overhead_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.config import GpuConfig, ModelConfig
-from sim.latency.base import LatencyModel
+from sim.latency.base import LatencyModel, StepOverhead
 from sim.latency.calibrated import calibrated_latency_for
 from sim.latency.roofline import RooflineLatency
 
@@ -14,6 +14,8 @@ CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "kernels" / "calibration
 
 
 def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyModel:
-    """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline."""
+    """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline;
+    plus the GPU's fixed per-step overhead when it has one (`gpu.step_overhead_s`)."""
     calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
-    return calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
+    priced = calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
+    return StepOverhead(priced, gpu.step_overhead_s) if gpu.step_overhead_s > 0 else priced

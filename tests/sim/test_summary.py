@@ -11,14 +11,19 @@ import pytest
 from sim.metrics import REQUEST_COLUMNS, SERIES_COLUMNS, summarize
 
 
-def fake_cluster(mechanism: str = "paged"):
+def fake_cluster(mechanism: str = "paged", warmup_s: float = 0.0):
     kv = SimpleNamespace()  # no cache, no oom counter: both count 0
     nodes = [
         SimpleNamespace(kv=kv, num_preemptions=1, busy_s=5.0),
         SimpleNamespace(kv=kv, num_preemptions=2, busy_s=15.0),
     ]
-    cfg = SimpleNamespace(duration_s=10.0, cache=SimpleNamespace(mechanism=mechanism))
-    return SimpleNamespace(cfg=cfg, nodes=nodes, placement=None)
+    cfg = SimpleNamespace(
+        duration_s=10.0,
+        warmup_s=warmup_s,
+        cache=SimpleNamespace(mechanism=mechanism),
+        gpu=SimpleNamespace(step_overhead_s=0.0, step_overhead_source="not measured"),
+    )
+    return SimpleNamespace(cfg=cfg, nodes=nodes, placement=None, env=SimpleNamespace(now=10.0))
 
 
 def requests() -> pd.DataFrame:
@@ -103,3 +108,25 @@ def test_no_completed_request_gives_nulls_not_nan():
     m = summarize(r, series(), fake_cluster())
     assert m["completed"] == 0 and m["mean_ttft_ms"] is None and m["p99_tpot_ms"] is None
     assert m["prefix_hit_rate"] == 0.0
+
+
+def test_censored_p99_counts_unfinished_requests_at_their_age():
+    m = summarize(requests(), series(), fake_cluster())
+    # Request 3 arrived at 5 s and has no first token at the end (10 s): TTFT and E2E >= 5000 ms.
+    assert m["p99_ttft_censored_ms"] == pytest.approx(np.percentile([100, 300, 200, 5000], 99))
+    assert m["p99_e2el_censored_ms"] == pytest.approx(np.percentile([1100, 2300, 200, 5000], 99))
+    assert m["p99_ttft_ms"] == pytest.approx(np.percentile([100, 300, 200], 99))
+
+
+def test_warmup_requests_are_served_but_not_counted():
+    m = summarize(requests(), series(), fake_cluster(warmup_s=1.5))
+    # Requests 0 and 1 arrived before 1.5 s: left out; the window is 10 - 1.5 s.
+    assert (m["completed"], m["failed"], m["unfinished"]) == (1, 1, 1)
+    assert m["measured_s"] == pytest.approx(8.5)
+    assert m["output_throughput"] == pytest.approx(1 / 8.5)
+    assert m["mean_ttft_ms"] == pytest.approx(200)
+
+
+def test_step_overhead_is_labelled_not_measured_by_default():
+    m = summarize(requests(), series(), fake_cluster())
+    assert (m["step_overhead_ms"], m["step_overhead_source"]) == (0.0, "not measured")
