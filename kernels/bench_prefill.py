@@ -20,7 +20,6 @@ cascade: the seed mix (100 requests: 90 x U[512, 8192] + 10 x 32K) where 80 requ
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -41,7 +40,7 @@ from kernels.bench import (
 PREFILL_CONTEXTS = (0, 512, 8192, 32768)
 PREFILL_CHUNKS = (16, 64, 2048, 8192)
 SMALL_CHUNKS = (1, 16, 64)  # the "few new tokens over 32K" target rows
-FLEX_CASES = ((0, 8192), (8192, 2048), (32768, 2048), (32768, 16))
+FLEX_CASES = ((0, 8192), (32768, 2048))
 SHARED_PREFIX = 2048
 PAGE = 16
 
@@ -124,7 +123,8 @@ def time_prefill(
 
 
 def sdpa_prefill_ms(ctx: int, new: int) -> dict[str, float]:
-    """Contiguous SDPA per backend: q [1, Hq, n, D], KV expanded to Hq heads, bottom-right mask."""
+    """Contiguous SDPA per backend: q [1, Hq, n, D], KV expanded to Hq heads, bottom-right mask.
+    (The efficient backend, 2x slower than flash on every case of run 1, is not timed.)"""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -138,7 +138,6 @@ def sdpa_prefill_ms(ctx: int, new: int) -> dict[str, float]:
     for backend in (
         SDPBackend.FLASH_ATTENTION,
         SDPBackend.CUDNN_ATTENTION,
-        SDPBackend.EFFICIENT_ATTENTION,
     ):
 
         def call(backend=backend):
@@ -350,24 +349,19 @@ def tune_prefill(log, budget_s: float = 120.0) -> tuple[dict, list[dict]]:
     """Sweep tiles/warps/stages on a compute-bound and a split-keys shape (geo-mean objective)."""
     from kernels.paged_prefill import DEFAULT_PREFILL_CONFIG
 
-    shapes = [(0, 8192), (8192, 2048), (32768, 16), (32768, 1)]
+    shapes = [(0, 8192), (8192, 2048), (32768, 16), (32768, 1), (32768, 64)]
     trials: list[dict] = []
     best, best_score = dict(DEFAULT_PREFILL_CONFIG), float("inf")
     t0 = time.time()
-    # Most promising first (FA2-style tiles on Hopper); the budget cuts the tail.
+    # Most promising first (the run-1 sweep's leaders); the budget cuts the tail.
     grid = [
-        (128, 64, 8, 3),
         (128, 128, 8, 3),
-        (128, 64, 4, 3),
-        (128, 64, 8, 2),
-        (128, 64, 8, 4),
+        (128, 64, 8, 3),
         (128, 128, 8, 2),
+        (128, 64, 4, 3),
         (64, 64, 4, 3),
-        (128, 32, 4, 3),
+        (128, 128, 8, 4),
         (64, 128, 4, 3),
-        (128, 128, 4, 2),
-        (64, 64, 4, 4),
-        *itertools.product((128, 64), (32,), (8,), (2, 4)),
     ]
     for block_m, block_n, warps, stages in grid:
         if time.time() - t0 > budget_s:
@@ -393,11 +387,6 @@ def tune_prefill(log, budget_s: float = 120.0) -> tuple[dict, list[dict]]:
         )
         if score < best_score:
             best, best_score = cfg, score
-    for pps in (1, 4, 8):
-        cfg = dict(best, programs_per_sm=pps)
-        times = [time_prefill(c, n, cfg, check=False)[0] for c, n in shapes[2:]]
-        trials.append({**cfg, "ms": dict(zip(map(str, shapes[2:]), times, strict=True))})
-        log(f"  tune programs_per_sm {pps}: " + " ".join(f"{t:.4f}" for t in times))
     return best, trials
 
 

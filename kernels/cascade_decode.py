@@ -99,6 +99,17 @@ def _merge_kernel(
     )
 
 
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(dev: torch.device):
+    """One side stream per device, reused (a new stream per call would leak under capture)."""
+    key = dev.index if dev.index is not None else torch.cuda.current_device()
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device=key)
+    return _SIDE_STREAMS[key]
+
+
 @dataclass
 class CascadePlan:
     """Device tensors and host facts of one cascade launch (build with `plan_cascade`)."""
@@ -222,11 +233,14 @@ def cascade_decode_attention(
     check_bounds: bool = True,
     prefix_config: dict | None = None,
     decode_config: dict | None = None,
+    overlap: bool | None = None,
 ) -> torch.Tensor:
     """Decode attention of q [batch, num_q_heads, head_dim] over shared prefixes + own tails.
 
     Equal (up to rounding) to kernels.paged_decode over the full block tables the plan was built
     from. Raises ValueError on bad input (the two passes' launchers validate their parts).
+    `overlap` (default: on CUDA) runs the prefix pass on a side stream concurrently with the
+    tail pass.
     """
     if q.dim() != 3 or q.shape[0] != plan.batch:
         raise ValueError(
@@ -247,7 +261,8 @@ def cascade_decode_attention(
     lse_p = torch.empty((batch, num_q_heads), **f32)
     o_t = torch.empty((batch, num_q_heads, head_dim), **f32)
     lse_t = torch.empty((batch, num_q_heads), **f32)
-    if plan.shared_tokens:
+
+    def prefix_pass():
         paged_prefill_attention(
             q,
             k_cache,
@@ -265,20 +280,40 @@ def cascade_decode_attention(
             num_warps=pcfg["num_warps"],
             num_stages=pcfg["num_stages"],
         )
-    paged_decode_attention(
-        q,
-        k_cache,
-        v_cache,
-        plan.tail_tables,
-        plan.tail_lens,
-        sm_scale=scale,
-        out=o_t,
-        lse_out=lse_t,
-        max_seq_len=plan.max_tail,
-        total_tokens=plan.total_tail,
-        check_bounds=check_bounds,
-        **dcfg,
-    )
+
+    def tail_pass():
+        paged_decode_attention(
+            q,
+            k_cache,
+            v_cache,
+            plan.tail_tables,
+            plan.tail_lens,
+            sm_scale=scale,
+            out=o_t,
+            lse_out=lse_t,
+            max_seq_len=plan.max_tail,
+            total_tokens=plan.total_tail,
+            check_bounds=check_bounds,
+            **dcfg,
+        )
+
+    if overlap is None:
+        overlap = q.device.type == "cuda"
+    if plan.shared_tokens and overlap:
+        # The prefix pass (compute-bound, few programs) runs on a side stream beside the tails
+        # (bandwidth-bound); both only read q and the pool, and the merge waits for both.
+        # Works under CUDA-graph capture (a fork and a join in the graph).
+        main = torch.cuda.current_stream(q.device)
+        side = _side_stream(q.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            prefix_pass()
+        tail_pass()
+        main.wait_stream(side)
+    else:
+        if plan.shared_tokens:
+            prefix_pass()
+        tail_pass()
     block_h = min(16, triton.next_power_of_2(num_q_heads))
     _merge_kernel[(batch, triton.cdiv(num_q_heads, block_h))](
         o_p,

@@ -54,10 +54,11 @@ _LN2 = 0.6931471805599453
 # Defaults: the H200 choice (kernels/README.md, `python -m kernels.bench --tune-prefill`).
 DEFAULT_PREFILL_CONFIG = {
     "block_m": 128,  # rows of the tl.dot M dimension (query tokens x group heads)
-    "block_n": 64,
+    "block_n": 128,
     "num_warps": 8,
     "num_stages": 3,
-    "programs_per_sm": 2,  # split keys only while fewer programs than this per SM would run
+    "programs_per_sm": None,  # split keys only while fewer programs than this per SM run;
+    # None: 1 for tiles of >= 64 rows (long programs), 2 for smaller tiles (H200 sweep)
     "min_split_tokens": 256,
 }
 _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
@@ -151,19 +152,19 @@ def _paged_prefill_kernel(
             k_head_ptr + page[:, None] * stride_kp + slot_t[:, None] * stride_kt + offs_d[None, :]
         )
         s = tl.dot(q, tl.trans(k.to(tl.float32))) if UPCAST_DOT else tl.dot(q, tl.trans(k))
-        s = s * qk_scale
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # Scale folded into one FMA with the max subtraction (qk_scale > 0 keeps the argmax).
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
         v = tl.load(
             v_head_ptr + page[:, None] * stride_vp + slot_t[:, None] * stride_vt + offs_d[None, :]
         )
         p = p.to(v.dtype)
         if UPCAST_DOT:
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float32), v.to(tl.float32))
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p, v)
+            p, v = p.to(tl.float32), v.to(tl.float32)
+        acc = tl.dot(p, v, acc)  # accumulate in the MMA itself
         m_i = m_new
 
     # The rest: the range edge and (causal) the diagonal, masked per row.
@@ -178,13 +179,13 @@ def _paged_prefill_kernel(
             other=0.0,
         )
         s = tl.dot(q, tl.trans(k.to(tl.float32))) if UPCAST_DOT else tl.dot(q, tl.trans(k))
-        s = s * qk_scale
         visible = mask_t[None, :] & (offs_t[None, :] <= pos[:, None]) if CAUSAL else mask_t[None, :]
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
         v = tl.load(
             v_head_ptr + page[:, None] * stride_vp + slot_t[:, None] * stride_vt + offs_d[None, :],
             mask=mask_t[:, None],
@@ -192,9 +193,8 @@ def _paged_prefill_kernel(
         )
         p = p.to(v.dtype)
         if UPCAST_DOT:
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float32), v.to(tl.float32))
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p, v)
+            p, v = p.to(tl.float32), v.to(tl.float32)
+        acc = tl.dot(p, v, acc)  # accumulate in the MMA itself
         m_i = m_new
 
     # Every row sees >= 1 key of every work item (the plan guarantees it), so l_i > 0.
@@ -326,7 +326,7 @@ def plan_prefill(
     causal: bool = True,
     block_m: int = DEFAULT_PREFILL_CONFIG["block_m"],
     block_n: int = DEFAULT_PREFILL_CONFIG["block_n"],
-    programs_per_sm: int = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
+    programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
     num_sms: int | None = None,
@@ -373,6 +373,8 @@ def plan_prefill(
         sms = num_sms if num_sms is not None else (132 if str(device) == "cpu" else None)
         if sms is None:
             sms = _num_sms(torch.device(device))
+        if programs_per_sm is None:
+            programs_per_sm = 1 if block_q * group_p >= 64 else 2
         target = max(1, programs_per_sm * sms)
         tps = 0
         if 0 < len(reqs) * num_kv_heads < target:
@@ -438,7 +440,7 @@ def paged_prefill_attention(
     block_n: int = DEFAULT_PREFILL_CONFIG["block_n"],
     num_warps: int = DEFAULT_PREFILL_CONFIG["num_warps"],
     num_stages: int = DEFAULT_PREFILL_CONFIG["num_stages"],
-    programs_per_sm: int = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
+    programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
 ) -> torch.Tensor:
@@ -597,6 +599,7 @@ def paged_prefill_attention(
         part_lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
     lse_t = lse_out if lse_out is not None else part_lse.view(-1)[:1].view(1, 1)
     scale = (1.0 / math.sqrt(head_dim)) if sm_scale is None else float(sm_scale)
+    _check(scale > 0, f"sm_scale must be > 0, got {scale}")
     upcast = q.device.type == "cpu" and q.dtype == torch.bfloat16
     meta = dict(
         GROUP=group,
