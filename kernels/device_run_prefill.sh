@@ -22,13 +22,13 @@ else
     -k "gqa_ratios or dtypes or context_only or non_causal or groups_with or decode_lse or reusing" \
     tests/kernels/test_paged_prefill.py tests/kernels/test_cascade_decode.py \
     2>&1 | tee "$OUT/pytest_gpu.log" || exit 1
-  timeout 170 python3 -m kernels.bench_prefill --tune --tune-budget 35 --flex \
+  timeout 160 python3 -m kernels.bench_prefill --tune --tune-budget 30 --flex \
     --out "$OUT/bench_prefill.json" 2>&1 | tee "$OUT/bench_prefill.log"
   cfg=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['prefill_config']))" \
     "$OUT/bench_prefill.json" 2>/dev/null || echo '{}')
   echo "# prefill config for the calibration: $cfg"
   cp kernels/calibration/h200.json "$OUT/h200.json"
-  timeout 130 python3 -m kernels.calibrate --parts prefill,cascade --prefill-config "$cfg" \
+  timeout 110 python3 -m kernels.calibrate --parts prefill,cascade --prefill-config "$cfg" \
     --out "$OUT/h200.json" 2>&1 | tee "$OUT/calibrate.log"
   if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     timeout 60 python3 -m kernels.allreduce --out "$OUT/allreduce.json" \
