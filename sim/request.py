@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.kv.hashing import mix64
+
+_OUTPUT_SALT = np.uint64(0x6F75747075742D31)  # "output-1": synthetic generated ids
+
 
 @dataclass(slots=True)
 class Request:
@@ -17,10 +21,22 @@ class Request:
     session_id: int = -1
     priority: int = 0
     tag: str = ""  # workload class for per-class statistics ("shared", "long", "chat", ...)
+    # int32 [output_tokens]: the ids the model generates, when the workload knows them (multi_turn:
+    # the answer its next round's prompt quotes). None: ids unique to this request (generated_ids).
+    output: np.ndarray | None = None
 
     @property
     def prompt_tokens(self) -> int:
         return int(self.prompt.shape[0])
+
+    def generated_ids(self) -> np.ndarray:
+        """int32 [output_tokens]: the token ids this request generates (deterministic)."""
+        if self.output is not None:
+            return self.output
+        position = np.arange(self.output_tokens, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            x = mix64(mix64(np.uint64(self.request_id) ^ _OUTPUT_SALT) + position * _OUTPUT_SALT)
+        return (x >> np.uint64(33)).astype(np.int32)  # 31 bits: non-negative int32 ids
 
 
 @dataclass

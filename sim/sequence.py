@@ -7,6 +7,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from sim.kv.hashing import page_keys
 from sim.request import Request
 
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
@@ -50,6 +51,9 @@ class Sequence:
     oom_blocked: bool = False
     done: object = None  # closed loop: SimPy event the client waits on
     pending_match: object = None  # paged: the prefix match of an admission not yet committed
+    # cache_outputs: prompt + generated ids and their chained page keys, built on first use
+    context: np.ndarray | None = None
+    context_keys: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.req.prompt_tokens
@@ -57,7 +61,17 @@ class Sequence:
     def drop_tokens(self) -> None:
         """The request is over: free its prompt and keys (memory stays proportional to in-flight work)."""
         self.req.prompt = _NO_TOKENS
+        self.req.output = None
         self.keys = _NO_KEYS
+        self.context = self.context_keys = None
+
+    def context_pages(self, page_size: int, hash_bits: int) -> tuple[np.ndarray, np.ndarray]:
+        """(int32 [prompt + outputs] token ids, uint64 keys of its full pages): what the cache
+        indexes once generated tokens are computed. The prompt's keys are a prefix of these."""
+        if self.context is None:
+            self.context = np.concatenate([self.req.prompt, self.req.generated_ids()])
+            self.context_keys = page_keys(self.context, page_size, hash_bits)
+        return self.context, self.context_keys
 
     @property
     def prefill_target(self) -> int:

@@ -52,6 +52,15 @@ def _hit_line(tokens: float, blocks: float) -> str:
     return f"{tokens:.1%} of tokens, {blocks:.1%} of blocks"
 
 
+# Why cache.cache_outputs cannot reuse one request's answer in another when replaying a trace.
+OUTPUT_IDS_NOTE = (
+    "lengths only, no token ids (Mooncake rows hash the input only): generated tokens are ids "
+    "unique to each request, so with cache.cache_outputs a later turn cannot hit an earlier "
+    "answer (only a request's own recompute can); the answer's pages are cached when a later "
+    "prompt carries it"
+)
+
+
 def stats_text(s: dict) -> str:
     rate = f"{s['mean_rate_per_s']:.2f} req/s" if s["mean_rate_per_s"] else "-"
     cv = f"{s['interarrival_cv']:.2f}" if s["interarrival_cv"] is not None else "-"
@@ -69,6 +78,7 @@ def stats_text(s: dict) -> str:
         ),
         ("input tokens", _lengths(s["input_tokens"])),
         ("output tokens", _lengths(s["output_tokens"])),
+        ("output ids", OUTPUT_IDS_NOTE if not s.get("output_ids") else "in the file"),
     ]
     if not s["prefix_info"]:
         rows.append(

@@ -6,7 +6,8 @@ tokens and answer of A tokens), then the new question. The answer of round r (A 
 standing for what the model said) joins the history of round r + 1, so round r + 1's prompt starts
 with round r's prompt exactly. Requests come round by round: all users' round 0, then round 1, ...
 so a user's previous round was sent U - 1 requests earlier (in closed loop with num_clients <= U it
-has usually, not always, finished).
+has usually, not always, finished). The answer is the request's `output`: the simulator generates
+exactly those ids, so with cache.cache_outputs the next round also hits the earlier answer's pages.
 """
 
 from __future__ import annotations
@@ -43,14 +44,16 @@ def multi_turn_requests(p: MultiTurnParams, rng: np.random.Generator) -> Iterato
     for round_ in range(p.num_rounds):
         for user in range(p.num_users):
             prompt = np.concatenate([history[user], random_tokens(rng, p.question_tokens)])
+            answer = random_tokens(rng, p.answer_tokens)
             yield Request(
                 request_id=request_id,
                 prompt=prompt,
                 output_tokens=p.answer_tokens,
                 session_id=user,
                 tag=f"round{round_}",
+                output=answer,
             )
-            history[user] = np.concatenate([prompt, random_tokens(rng, p.answer_tokens)])
+            history[user] = np.concatenate([prompt, answer])
             request_id += 1
 
 

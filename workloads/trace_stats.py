@@ -167,6 +167,7 @@ def trace_stats(trace: Trace, capacities=DEFAULT_CAPACITIES, chunk_tokens: int =
         **timing_stats(trace.arrival_s),
         "input_tokens": _distribution(trace.input_length),
         "output_tokens": _distribution(trace.output_length),
+        "output_ids": False,  # no supported format carries generated token ids (lengths only)
         "total_input_tokens": int(trace.input_length.sum()),
         "prefix_info": trace.has_content,
         "block_tokens": trace.block_size or (chunk_tokens if trace.tokens.size else None),
