@@ -38,14 +38,22 @@ def _key(value) -> str:
         return str(value)
 
 
-def _mean_by(df: pd.DataFrame, keys: list[str], metric: str) -> pd.Series:
-    return df.assign(**{k: df[k].map(_key) for k in keys}).groupby(keys)[metric].mean()
+def _mean_by(df: pd.DataFrame, keys: list[str], metric: str, agg: str = "mean") -> pd.Series:
+    return df.assign(**{k: df[k].map(_key) for k in keys}).groupby(keys)[metric].agg(agg)
 
 
 def heatmap_svg(
-    df: pd.DataFrame, x: str, x_order: list, y: str, y_order: list, metric: str, label: str
+    df: pd.DataFrame,
+    x: str,
+    x_order: list,
+    y: str,
+    y_order: list,
+    metric: str,
+    label: str,
+    agg: str = "mean",
 ) -> str:
-    means = _mean_by(df, [x, y], metric)
+    """A cell per (x, y) value pair: `agg` ("mean", "max", ...) of metric over the other axes."""
+    means = _mean_by(df, [x, y], metric, agg)
     xs, ys = [_key(v) for v in x_order], [_key(v) for v in y_order]
     grid = np.full((len(ys), len(xs)), np.nan)  # [y value, x value]
     for (xv, yv), value in means.items():

@@ -25,6 +25,7 @@ from reports.sweep_analysis import (
     records,
 )
 from reports.sweep_plots import heatmap_svg, line_svg, pareto_svg
+from reports.sweep_ratios import ARM_AXIS, RATIOS, arm_ratios, cells_at_least, has_pair
 from sim.rundir import cell
 
 _CSS = (
@@ -53,6 +54,7 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path) -> None:
         f"{len(configs)} configurations{_seed_note(data)}.</p>",
         _axes_table(data),
     ]
+    parts += _ratio_section(data, configs)
     parts += _best_section(data, configs)
     parts += _front_section(data, configs)
     parts += _metric_section(data, configs)
@@ -70,6 +72,49 @@ def _axes_table(data: SweepData) -> str:
         for a, v in data.plan["spec"]["axes"].items()
     )
     return f"<h2>Axes</h2><table>{rows}</table>"
+
+
+GAIN_THRESHOLD = 5.0  # the article's claim: "more than 5x" throughput
+
+
+def _ratio_section(data: SweepData, configs: pd.DataFrame) -> list[str]:
+    """Last arm of the `arm` axis against the first (e.g. engine vs openclaw), per configuration
+    of the other axes: heatmaps over the two axes with the most values (max and mean over the
+    rest) and every cell where the throughput gain reaches GAIN_THRESHOLD."""
+    arms = [str(a) for a in data.plan["spec"]["axes"].get(ARM_AXIS, [])]
+    if len(arms) < 2 or not has_pair(configs, arms[-1], arms[0]):
+        return []
+    arm, baseline = arms[-1], arms[0]
+    axes = [a for a in _varying_axes(data, configs) if a != ARM_AXIS]
+    ratios = arm_ratios(configs, axes, arm, baseline)
+    parts = [f"<h2>{_e(arm)} / {_e(baseline)}</h2>"]
+    if len(axes) >= 2:
+        x, y = axes[0], axes[1]
+        order = {a: [str(v) for v in _cells(data.plan["spec"]["axes"][a])] for a in (x, y)}
+        for name, (_, _, label) in RATIOS.items():
+            for agg in ("max", "mean"):
+                parts.append(
+                    heatmap_svg(
+                        ratios, x, order[x], y, order[y], name, f"{label}: {agg} over the rest", agg
+                    )
+                )
+    hits = cells_at_least(ratios, "throughput_ratio", GAIN_THRESHOLD)
+    shown = hits if len(hits) else ratios.sort_values("throughput_ratio", ascending=False)[:10]
+    parts.append(
+        f"<p>{len(hits)} of {len(ratios)} configurations reach {GAIN_THRESHOLD:g}x "
+        f"throughput{'' if len(hits) else '; the ten best'}:</p>"
+    )
+    parts.append(_frame_table(shown, [*axes, *RATIOS]))
+    return parts
+
+
+def _frame_table(df: pd.DataFrame, cols: list[str]) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_e(_fmt(r[c]))}</td>" for c in cols) + "</tr>"
+        for _, r in df.iterrows()
+    )
+    return f"<table><tr>{head}</tr>{rows}</table>"
 
 
 def _best_section(data: SweepData, configs: pd.DataFrame) -> list[str]:
