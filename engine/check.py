@@ -12,22 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 import numpy as np
 import torch
 
-if not torch.cuda.is_available():  # CPU: Triton's interpreter, chosen before triton is imported
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from engine import attention  # noqa: E402
-from engine.batch import SeqWork  # noqa: E402
-from engine.kv_pool import KVPool  # noqa: E402
-from engine.model import PagedModel, greedy  # noqa: E402
-from engine.reference import reference_logits  # noqa: E402
-from engine.shape import LLAMA_3_8B, TINY  # noqa: E402
-from engine.weights import random_weights  # noqa: E402
+from engine import attention
+from engine.batch import SeqWork
+from engine.kv_pool import KVPool
+from engine.model import PagedModel, greedy
+from engine.reference import reference_logits
+from engine.shape import LLAMA_3_8B, TINY
+from engine.weights import random_weights
 
 SHAPES = {"llama-3-8b": LLAMA_3_8B, "tiny": TINY}
 PAGE = 16

@@ -6,8 +6,9 @@ loop); the scheduler picks a step at `now`, the executor runs it, and the schedu
 at the real end time. A step that would end after `duration_s` is not applied, as the
 simulator stops at `duration_s` with that step still in flight.
 
-The driver knows the scheduler only through `Scheduler` below and the request objects; it
-never touches pages or the prefix index.
+The scheduler is sim.scheduler.Scheduler (the simulator's own object: `add`, `schedule(now)`,
+`apply(step, now)`); the driver never touches pages or the prefix index. `idle_reclaim` is the
+KV manager's: when nothing can run, how long until memory may come back.
 """
 
 from __future__ import annotations
@@ -28,13 +29,11 @@ class Step(Protocol):
 
 
 class Scheduler(Protocol):
-    def submit(self, seq, now: float) -> None: ...
+    def add(self, seq) -> None: ...
 
-    def schedule(self, now: float) -> Step | None: ...
+    def schedule(self, now: float) -> Step: ...
 
     def apply(self, step: Step, now: float) -> list: ...  # the sequences that finished
-
-    def idle_wait(self, now: float) -> float | None: ...  # nothing runnable: seconds to wait
 
 
 @dataclass
@@ -51,8 +50,10 @@ class WallClockDriver:
         executor: GpuExecutor,
         make_sequence: Callable,  # (request, arrival_s) -> Sequence, status FAILED if it never fits
         duration_s: float,
+        idle_reclaim: Callable[[float], float | None],
     ):
         self.scheduler, self.executor = scheduler, executor
+        self.idle_reclaim = idle_reclaim
         self.make_sequence = make_sequence
         self.duration_s = duration_s
         self.result = RunResult()
@@ -69,7 +70,8 @@ class WallClockDriver:
             if self._on_done is not None:
                 self._on_done(seq)
             return
-        self.scheduler.submit(seq, self.now())
+        seq.node, seq.routed_s = 0, self.now()
+        self.scheduler.add(seq)
 
     def run_open_loop(self, requests: Iterator) -> RunResult:
         pending = iter(requests)
@@ -117,7 +119,7 @@ class WallClockDriver:
             t = time.perf_counter()
             step = self.scheduler.schedule(self.now())
             sched_s = time.perf_counter() - t
-            if not step or not step.items:
+            if not step.items:
                 self._idle(next_arrival)
                 continue
             start = self.now()
@@ -137,7 +139,7 @@ class WallClockDriver:
         return self.result
 
     def _idle(self, next_arrival: float | None) -> None:
-        wait = self.scheduler.idle_wait(self.now())
+        wait = self.idle_reclaim(self.now())
         until = self.duration_s if next_arrival is None else next_arrival
         if wait is not None:
             until = min(until, self.now() + max(wait, IDLE_POLL_S))

@@ -8,8 +8,8 @@ Several configs in one process share the weights, the KV pool tensors and the co
 kernels (each run gets a fresh scheduler, KV manager and prefix index, so runs are
 independent); every config must name the same model.
 
-Until sim's pure scheduler (issue 12) lands, `NodeScheduler` drives sim.node.Node's own
-`schedule`/`apply` with a settable clock in place of SimPy's (no SimPy process runs).
+The scheduler, KV manager, prefix index and policies are the simulator's own objects
+(sim.scheduler.Scheduler over sim.kv.manager's paged KV), built from the same config.
 """
 
 from __future__ import annotations
@@ -36,64 +36,9 @@ from sim.config import load_config_file, parse_config
 from sim.kv.hashing import page_keys
 from sim.kv.manager import paged_kv_from_config
 from sim.latency import make_latency_model
+from sim.scheduler import Scheduler
 from sim.sequence import Sequence, Status
 from workloads.registry import make_workload
-
-
-class _Event:
-    triggered = False
-
-    def succeed(self) -> None:
-        self.triggered = True
-
-
-class _Clock:
-    """Stands in for simpy.Environment in Node: `now` is set by the driver; no process runs."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def event(self) -> _Event:
-        return _Event()
-
-    def process(self, generator) -> None:
-        return None
-
-
-class _Step:
-    def __init__(self, items):
-        self.items = items
-
-
-class NodeScheduler:
-    """sim.node.Node's schedule/apply as the engine's Scheduler (temporary, see module doc)."""
-
-    def __init__(self, node_cfg, kv):
-        from sim.node import Node
-
-        self.clock, self.finished = _Clock(), []
-        self.node = Node(self.clock, 0, node_cfg, kv, None, self.finished.append)
-
-    def submit(self, seq, now: float) -> None:
-        self.clock.now = now
-        seq.routed_s = now
-        self.node.submit(seq)
-
-    def schedule(self, now: float):
-        self.clock.now = now
-        batch = self.node.schedule()
-        return _Step(batch) if batch else None
-
-    def apply(self, step, now: float) -> list:
-        self.clock.now = now
-        self.finished.clear()
-        self.node.apply(step.items)
-        self.node.num_steps += 1
-        return list(self.finished)
-
-    def idle_wait(self, now: float) -> float | None:
-        self.clock.now = now
-        return self.node.kv.idle_reclaim(now)
 
 
 def _sequence_factory(cfg, kv, headroom_tokens: int):
@@ -120,7 +65,7 @@ def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path) -> dict:
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     kv = paged_kv_from_config(cfg, latency, 0, make_policy)
     assert kv.cache.pool.num_pages <= model.pool.num_pages
-    scheduler = NodeScheduler(cfg.node, kv)
+    scheduler = Scheduler(cfg.node, kv)
     executor = GpuExecutor(model)
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
@@ -128,8 +73,9 @@ def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path) -> dict:
     driver = WallClockDriver(
         scheduler,
         executor,
-        _sequence_factory(cfg, kv, scheduler.node.headroom_tokens),
+        _sequence_factory(cfg, kv, scheduler.headroom_tokens),
         cfg.duration_s,
+        kv.idle_reclaim,
     )
     if workload.num_clients is None:
         result = driver.run_open_loop(workload.requests)
@@ -138,7 +84,7 @@ def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path) -> dict:
     for seq in result.sequences:
         if seq.status in (Status.WAITING, Status.RUNNING):
             seq.status = Status.UNFINISHED
-    return write_run(out_dir, raw, cfg, result, kv, scheduler.node.num_preemptions)
+    return write_run(out_dir, raw, cfg, result, kv, scheduler.num_preemptions)
 
 
 def main() -> None:
