@@ -1,0 +1,18 @@
+#!/bin/bash
+# One device call (nvidia-h200): the llama-3-8b logits check, then the serving runs back to back.
+# carry: .whl (pydantic, pydantic_core, annotated_types, typing_inspection, simpy, typing_extensions)
+#        .engine_data (the derived Azure slice)
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee $OUT/gpu.txt
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a $OUT/gpu.txt
+if [ "${SKIP_CHECK:-0}" != 1 ]; then
+  python3 -m engine.check --shape llama-3-8b --json $OUT/check_llama3_8b.json 2>&1 | tee $OUT/check.log
+fi
+python3 -m engine.serve --out-root $OUT/runs ${CONFIGS:-\
+  --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
+  --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml} \
+  2>&1 | tee $OUT/serve.log
+tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
