@@ -8,13 +8,16 @@ Run directory layout (what `reports/` reads; nothing else):
   <arm>/evictions.csv      evicted pages by prefix position (power-of-two token buckets), per node
   summary.json             {"arms": {arm: metrics}, "latency_model", "latency_models" (per arm), "seed", "version", ...}
   run_info.json            wall time and date (kept out of summary.json so it stays byte-identical)
-The directory is built under a temporary name and renamed when complete, so a failed or
-interrupted run never leaves a directory that looks finished.
+  .kvsched-run             the marker: kvsched made this directory (kvsched/outdir.py)
+The directory is built under `<out>.partial` and renamed when complete, with `<out>` locked
+meanwhile, so a failed or interrupted run never leaves a directory that looks finished, and
+kvsched replaces only an earlier run (docs/cli.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from datetime import UTC, datetime
@@ -23,6 +26,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from kvsched.outdir import (
+    MARKER,
+    PARTIAL_SUFFIX,
+    check_writable,
+    clear_partial,
+    make_dir,
+    output_lock,
+    remove_created,
+    replace_dir,
+)
 from policies import make_policy
 from sim import __version__
 from sim.cluster import Cluster
@@ -63,15 +76,40 @@ def resolve_arms(raw: dict, selected: list[str] | None = None) -> dict[str, Expe
     overrides = raw.get("arms") or {}
     names = selected or list(overrides) or list(BUILTIN_ARMS)
     allowed = list(dict.fromkeys([*BUILTIN_ARMS, *overrides]))
-    arms = {}
     for name in names:
         if name not in allowed:
             raise ConfigError(f"--arms: unknown arm {name!r}; allowed: {', '.join(allowed)}")
+    _check_arm_dirs(list(dict.fromkeys([*overrides, *names])))
+    arms = {}
+    # Every arm the config defines is validated, not only those --arms selects.
+    for name in dict.fromkeys([*overrides, *names]):
         arm_override = deep_merge(BUILTIN_ARMS.get(name, {}), overrides.get(name, {}))
         merged = deep_merge({k: v for k, v in raw.items() if k != "arms"}, arm_override)
         arms[name] = parse_config(merged, source=f"arms.{name}")
         _check_names(arms[name], f"arms.{name}")
-    return arms
+    return {name: arms[name] for name in names}
+
+
+# Names a run directory holds beside its arm folders; an arm may not take one of them.
+_RUN_FILES = {"config.json", "summary.json", "run_info.json", "report.html", MARKER}
+
+
+def _check_arm_dirs(names: list[str]) -> None:
+    """Each arm gets its own folder: names that map to the same folder (`a/b` and `a_b`, or
+    names differing in case only), dot-only names or the run's own file names are refused."""
+    folder_to_arm: dict[str, str] = {}
+    for name in names:
+        if not isinstance(name, str):
+            raise ConfigError(f"arms: arm names must be text, not {name!r}")
+        folder = arm_dir_name(name)
+        if set(folder) <= {"."} or folder in _RUN_FILES or folder.startswith("."):
+            raise ConfigError(f"arms.{name}: not usable as a folder name; rename the arm")
+        if folder.lower() in folder_to_arm:
+            other = folder_to_arm[folder.lower()]
+            raise ConfigError(
+                f"arms.{name}: same folder {folder!r} as arm {other!r}; rename one of them"
+            )
+        folder_to_arm[folder.lower()] = name
 
 
 def _check_names(cfg: ExperimentConfig, source: str) -> None:
@@ -105,6 +143,8 @@ def run_arm(
     cluster.run(progress)
     bar.close()
     requests = request_frame(cluster, arm)
+    if workload.request_labels is not None:  # the trace's own ids, kept as text
+        requests["request_id"] = requests["request_id"].map(workload.request_labels)
     series = cluster.recorder.series()
     return cluster, summarize(requests, series, cluster), requests, series
 
@@ -117,64 +157,64 @@ def run_experiment(
     write_report: bool = True,
 ) -> dict:
     configs = resolve_arms(raw, arms)
-    out_dir = check_out_dir(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    started = time.perf_counter()
+    out = Path(os.path.abspath(out_dir))
+    check_writable(out, "run")
+    created = make_dir(out.parent, "parent")
     try:
-        raw_out = {**raw, "arms": {a: (raw.get("arms") or {}).get(a, {}) for a in configs}}
-        _write_json(tmp / "config.json", raw_out)
-        summary: dict = {"arms": {}}
-        for arm, cfg in configs.items():
-            cluster, metrics, requests, series = run_arm(cfg, arm, show_progress)
-            arm_dir = tmp / arm_dir_name(arm)
-            arm_dir.mkdir()
-            _write_json(arm_dir / "config.json", cfg.model_dump(mode="json"))
-            requests.to_csv(arm_dir / "requests.csv", index=False, float_format="%.6f")
-            series.to_csv(arm_dir / "timeseries.csv", index=False, float_format="%.6f")
-            eviction_frame(cluster, arm).to_csv(arm_dir / "evictions.csv", index=False)
-            summary["arms"][arm] = metrics
-            summary.setdefault("latency_models", {})[arm] = cluster.latency.name
-        models = sorted(set(summary["latency_models"].values()))
-        summary["latency_model"] = models[0] if len(models) == 1 else "mixed: " + ", ".join(models)
-        summary.update(
-            seed=next(iter(configs.values())).seed,
-            name=next(iter(configs.values())).name,
-            version=__version__,
-        )
-        _write_json(tmp / "summary.json", summary)
-        _write_json(
-            tmp / "run_info.json",
-            {
-                "wall_s": round(time.perf_counter() - started, 3),
-                "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            },
-        )
-        if write_report:
-            from reports.html import write_report as _write_report
-
-            _write_report([tmp], tmp / "report.html")
+        with output_lock(out):
+            check_writable(out, "run")  # again, now that no other kvsched writes it
+            tmp = out.with_name(out.name + PARTIAL_SUFFIX)
+            clear_partial(tmp)
+            created += make_dir(tmp, "run")
+            try:
+                summary = _write_run(raw, configs, tmp, show_progress, write_report)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            replace_dir(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)
         raise
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
     return summary
 
 
-def check_out_dir(path: str | Path) -> Path:
-    """The run directory may be new, empty, or an earlier run (replaced); never anything else."""
-    out = Path(path).resolve()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out: {path} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / "summary.json").is_file():
-        raise ConfigError(
-            f"--out: {path} exists and is not a kvsched run directory; choose a new path"
-        )
-    if out.parent == out:
-        raise ConfigError(f"--out: {path} is the filesystem root")
-    return out
+def _write_run(
+    raw: dict, configs: dict[str, ExperimentConfig], tmp: Path, show_progress: bool, report: bool
+) -> dict:
+    started = time.perf_counter()
+    raw_out = {**raw, "arms": {a: (raw.get("arms") or {}).get(a, {}) for a in configs}}
+    _write_json(tmp / "config.json", raw_out)
+    summary: dict = {"arms": {}}
+    for arm, cfg in configs.items():
+        cluster, metrics, requests, series = run_arm(cfg, arm, show_progress)
+        arm_dir = tmp / arm_dir_name(arm)
+        arm_dir.mkdir()
+        _write_json(arm_dir / "config.json", cfg.model_dump(mode="json"))
+        requests.to_csv(arm_dir / "requests.csv", index=False, float_format="%.6f")
+        series.to_csv(arm_dir / "timeseries.csv", index=False, float_format="%.6f")
+        eviction_frame(cluster, arm).to_csv(arm_dir / "evictions.csv", index=False)
+        summary["arms"][arm] = metrics
+        summary.setdefault("latency_models", {})[arm] = cluster.latency.name
+    models = sorted(set(summary["latency_models"].values()))
+    summary["latency_model"] = models[0] if len(models) == 1 else "mixed: " + ", ".join(models)
+    summary.update(
+        seed=next(iter(configs.values())).seed,
+        name=next(iter(configs.values())).name,
+        version=__version__,
+    )
+    _write_json(tmp / "summary.json", summary)
+    _write_json(
+        tmp / "run_info.json",
+        {
+            "wall_s": round(time.perf_counter() - started, 3),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    if report:
+        from reports.html import write_report as _write_report
+
+        _write_report([tmp], tmp / "report.html")
+    return summary
 
 
 def _write_json(path: Path, data: dict) -> None:

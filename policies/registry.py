@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import ValidationError
 
-from policies import admission, eviction, routing, routing_approx
+from policies import admission, eviction, routing, routing_approx, scheduling
 from sim.config import ConfigError, PolicySpec, format_validation_error
+from sim.strict_input import number_error
 
 ROUTING = {
     "round_robin": routing.RoundRobin,
@@ -30,7 +31,16 @@ ADMISSION = {
     "always": admission.Always,
     "threshold": admission.Threshold,
 }
-REGISTRY = {"routing": ROUTING, "eviction": EVICTION, "admission": ADMISSION}
+SCHEDULING = {
+    "newest": scheduling.Newest,
+    "longest_context": scheduling.LongestContext,
+}
+REGISTRY = {
+    "routing": ROUTING,
+    "eviction": EVICTION,
+    "admission": ADMISSION,
+    "scheduling": SCHEDULING,
+}
 
 
 def make_policy(kind: str, spec: PolicySpec, rng: np.random.Generator | None = None):
@@ -40,6 +50,9 @@ def make_policy(kind: str, spec: PolicySpec, rng: np.random.Generator | None = N
             f"policies.{kind}.name: unknown policy {spec.name!r}; allowed: {', '.join(sorted(table))}"
         )
     cls = table[spec.name]
+    found = number_error(cls.Params, spec.params)
+    if found:
+        raise ConfigError(f"policies.{kind}.params.{found}")
     try:
         params = cls.Params.model_validate(spec.params)
     except ValidationError as err:

@@ -13,9 +13,11 @@ import numpy as np
 import simpy
 
 from sim.config import ConfigError, ExperimentConfig
+from sim.executor import ModelledExecutor
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.hashing import page_keys
 from sim.kv.manager import ContiguousKV, paged_kv_from_config
+from sim.kv.protocol import KVManager
 from sim.latency import make_latency_model
 from sim.metrics import Recorder
 from sim.node import Node
@@ -23,8 +25,10 @@ from sim.policy_api import MakePolicy
 from sim.request import Request, Workload
 from sim.router import Router
 from sim.routing_table import RoutingTable
+from sim.scheduler import Scheduler, Step
 from sim.sequence import Sequence, Status
-from sim.xnode.placement import make_placement
+from sim.steps import step_row
+from sim.xnode.placement import PlacedKV, Placement, make_placement
 
 
 class Cluster:
@@ -46,8 +50,9 @@ class Cluster:
         self.token_bytes = cfg.model.kv_bytes_per_token
         self.capacity_bytes = cfg.kv_capacity_bytes
         self.recorder = Recorder(cfg)
-        self.nodes = [self._make_node(i) for i in range(cfg.cluster.num_nodes)]
-        self.placement = make_placement(cfg, self.nodes)  # None for local_only: nothing changes
+        self.step_rows: list[tuple] | None = [] if cfg.record_steps else None
+        kvs = self._make_kvs()
+        self.nodes = [self._make_node(i, kv) for i, kv in enumerate(kvs)]
         self.router = Router(
             self.env,
             cfg.router,
@@ -62,15 +67,51 @@ class Cluster:
         self.sequences: list[Sequence] = []
 
     # -- construction --------------------------------------------------------------------------
-    def _make_node(self, node_id: int) -> Node:
-        c = self.cfg.cache
+    def _make_kvs(self) -> list[KVManager]:
+        """Each node's KV manager; with cross-node placement, wrapped so pages may go to peers."""
+        c, n = self.cfg.cache, self.cfg.cluster.num_nodes
+        self.placement: Placement | None = None
         if c.mechanism == "contiguous":
-            alloc = ContiguousAllocator(self.capacity_bytes, int(c.segment_bytes))
-            kv = ContiguousKV(alloc, self.token_bytes, c.max_new_tokens, c.max_model_len)
-        else:
-            kv = paged_kv_from_config(self.cfg, self.latency, node_id, self.make_policy)
+            return [
+                ContiguousKV(
+                    ContiguousAllocator(self.capacity_bytes, int(c.segment_bytes)),
+                    self.token_bytes,
+                    c.max_new_tokens,
+                    c.max_model_len,
+                )
+                for _ in range(n)
+            ]
+        paged = [
+            paged_kv_from_config(self.cfg, self.latency, i, self.make_policy) for i in range(n)
+        ]
+        for kv in paged:
             kv.cache.listeners.append(self.table.on_cache_event)
-        return Node(self.env, node_id, self.cfg.node, kv, self.latency, self._on_finish)
+        self.placement = make_placement(self.cfg, paged, lambda: self.env.now, self._wake)
+        if self.placement is None:
+            return list(paged)
+        return [PlacedKV(kv, i, self.placement) for i, kv in enumerate(paged)]
+
+    def _make_node(self, node_id: int, kv: KVManager) -> Node:
+        transfer = self.placement.traffic.step_transfer_s if self.placement is not None else None
+        return Node(
+            self.env,
+            node_id,
+            Scheduler(
+                self.cfg.node,
+                kv,
+                self.make_policy("scheduling", self.cfg.policies.scheduling),
+            ),
+            ModelledExecutor(self.latency, transfer),
+            self._on_finish,
+            self._record_step if self.step_rows is not None else None,
+        )
+
+    def _wake(self, node_id: int) -> None:
+        self.nodes[node_id].wake()
+
+    def _record_step(self, node_id: int, start_s: float, duration_s: float, step: Step) -> None:
+        assert self.step_rows is not None
+        self.step_rows.append(step_row(node_id, len(self.step_rows), start_s, duration_s, step))
 
     # -- running -------------------------------------------------------------------------------
     def run(self, progress=None) -> None:
@@ -147,16 +188,8 @@ class Cluster:
     def _can_ever_fit(self, seq: Sequence) -> bool:
         """Could an empty node place this request whole? If not it fails at once rather than
         blocking its node's queue for the rest of the run (same arithmetic as admission)."""
-        if self.placement is not None:  # pages may live on other nodes too
-            return self.placement.can_ever_fit(seq)
-        c, node = self.cfg.cache, self.nodes[0]
-        total = seq.prompt_tokens + seq.req.output_tokens
-        usable = node.kv.capacity_tokens() - node.headroom_tokens
-        if c.mechanism == "contiguous":
-            return total <= c.max_model_len and node.kv.reservation_tokens(seq) <= usable
-        if c.protected_zone:  # the zone may hold its cap of pages that are never evicted
-            usable -= int(c.protected_max_fraction * node.kv.capacity_tokens())
-        return -(-total // self.page_size) * self.page_size <= usable
+        node = self.nodes[0]
+        return node.kv.can_ever_fit(seq, node.headroom_tokens)
 
     def _on_finish(self, seq: Sequence) -> None:
         seq.drop_tokens()

@@ -18,12 +18,29 @@ from pydantic import (
 )
 
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
+from sim.strict_input import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_VALUES,
+    count_values,
+    load_yaml,
+    number_error,
+    reject_duplicate_json_keys,
+    yaml_error_text,
+)
 from sim.xnode.network import KERNEL_COPY_BYTES_PER_S, KERNEL_MESSAGE_S, LINK_PRESETS, RDMA_POST_S
 from sim.xnode.page_index_codec import single_page_entry_bytes
 
 # Mean CPU time of one prefix_affinity decision (24.8 us; p99 68 us) measured by
 # `python -m benchmarks.router` (8 nodes, 100k cached prefixes, one core; docs/routing.md).
 ROUTER_DECISION_TIME_S = 25e-6
+# Seconds to bring a crashed serving process with a 70B-class model back: Anyscale measured
+# 4 min 25 s to download and initialise Llama-2-70B before their loader (20 s after it):
+# "Loading Llama-2 70b 20x faster with Anyscale Endpoints" (anyscale.com/blog, Oct 2023).
+RESTART_S = 265.0
+# Size bounds: past these a run would exhaust memory or never end, so the config is refused.
+MAX_NODES = 1024
+MAX_DURATION_S = 1e7  # simulated seconds (~116 days)
+MAX_SERIES_ROWS = 10_000_000  # time-series rows per arm: duration_s / sample_interval_s x nodes
 
 
 class ConfigError(ValueError):
@@ -31,7 +48,7 @@ class ConfigError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
 
 
 class ModelConfig(Strict):
@@ -90,6 +107,9 @@ class NodeConfig(Strict):
     # after its first chunk: headroom for the running requests' decode growth (vLLM v0's
     # watermark was 0.01). 0 disables the guard (vLLM v1 behaviour: admit, preempt later).
     admission_watermark: float = Field(default=0.01, ge=0, lt=1)
+    # The KV pool of one node in bytes, instead of what kv_memory_fraction leaves after the
+    # weights (a regime map sweeps it directly); at most the HBM left after the weights.
+    kv_pool_bytes: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _tp_fits(self) -> NodeConfig:
@@ -103,7 +123,7 @@ class NodeConfig(Strict):
 
 
 class ClusterConfig(Strict):
-    num_nodes: int = Field(default=4, gt=0)
+    num_nodes: int = Field(default=4, gt=0, le=MAX_NODES)
 
 
 class RouterConfig(Strict):
@@ -122,10 +142,24 @@ class CacheConfig(Strict):
     index: Literal["two_level", "hash_only", "radix"] = "two_level"
     hash_bits: int = Field(default=64, ge=1, le=64)
     reclaim: Literal["immediate", "epoch"] = "epoch"
+    # Index the full pages of generated tokens too, as they are computed (vLLM v1 and SGLang do):
+    # a later prompt that quotes an earlier answer (multi_turn, session replay) reuses its KV.
+    cache_outputs: bool = False
     # Contiguous baseline: each request reserves prompt + max_new_tokens (the client's bound,
     # capped at max_model_len) up front; the pool grows by segment_bytes up to the physical limit.
     max_model_len: int = Field(default=40960, gt=0)
     max_new_tokens: int = Field(default=4096, gt=0)
+    # ... or, with reservation: max_model_len, the whole context window for every request (what a
+    # framework without a per-request bound does; sim/kv/manager.py ContiguousKV).
+    reservation: Literal["prompt_plus_max_new_tokens", "max_model_len"] = (
+        "prompt_plus_max_new_tokens"
+    )
+    # Contiguous baseline, no hole at the physical limit: wait (stall until memory frees), reject
+    # (the request fails at once) or crash (the serving process dies: in-flight requests fail,
+    # closed-loop clients retry after restart_s, open-loop ones count as failed, the pool comes
+    # back empty, the router avoids the node meanwhile). Paged admission never fails this way.
+    on_oom: Literal["wait", "reject", "crash"] = "wait"
+    restart_s: float = Field(default=RESTART_S, ge=0)
     segment_bytes: float = Field(default=8e9, gt=0)
     # Evict at least this many pages per eviction round (amortises the policy's scoring scan).
     eviction_batch_pages: int = Field(default=64, gt=0)
@@ -157,6 +191,7 @@ class PoliciesConfig(Strict):
     routing: PolicySpec = PolicySpec(name="prefix_affinity")
     eviction: PolicySpec = PolicySpec(name="lru")
     admission: PolicySpec = PolicySpec(name="always")
+    scheduling: PolicySpec = PolicySpec(name="newest")  # preemption victim (vLLM: the newest)
 
 
 class WorkloadConfig(Strict):
@@ -200,10 +235,13 @@ class PlacementConfig(Strict):
 
 class ExperimentConfig(Strict):
     name: str = "seed"
-    seed: int = 0
-    duration_s: float = Field(default=1200.0, gt=0)
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    duration_s: float = Field(default=1200.0, gt=0, le=MAX_DURATION_S)
     # Sample per-node time series every this many simulated seconds.
     sample_interval_s: float = Field(default=1.0, gt=0)
+    # Write <arm>/steps.csv: one row per executed step per node (sim/steps.py; the timeline and
+    # `kvsched validate` read it). Off by default: one row per step is the largest output.
+    record_steps: bool = False
     # Measurement window. Requests that arrive before warmup_s are served but not counted (the
     # caches and queues fill first). With drain_s > 0 no request is sent after duration_s and the
     # run goes on until every counted request is done or drain_s more seconds pass; without it a
@@ -269,6 +307,17 @@ class ExperimentConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _series_bounded(self) -> ExperimentConfig:
+        rows = self.duration_s / self.sample_interval_s * self.cluster.num_nodes
+        if rows > MAX_SERIES_ROWS:
+            raise ValueError(
+                f"sample_interval_s={self.sample_interval_s:g}: duration_s / sample_interval_s x "
+                f"cluster.num_nodes = {rows:.3g} time-series rows, above the bound of "
+                f"{MAX_SERIES_ROWS:,}; raise sample_interval_s"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _race_window_is_local(self) -> ExperimentConfig:
         # Pages released on a peer outside its step loop have no closing epoch there: the reader
         # race window is modelled for a node's own pages only.
@@ -298,10 +347,25 @@ class ExperimentConfig(Strict):
         usable = self.node.num_gpus * self.gpu.hbm_bytes * self.node.kv_memory_fraction
         weights = dp * self.model.num_params * self.model.dtype_bytes
         free = usable - weights
+        if self.node.kv_pool_bytes is not None:
+            room = self.node.num_gpus * self.gpu.hbm_bytes - weights
+            if self.node.kv_pool_bytes > room:
+                raise ConfigError(
+                    f"node.kv_pool_bytes={self.node.kv_pool_bytes:.3g} is more than the HBM left "
+                    f"after the weights ({room / 1e9:.0f} GB)"
+                )
+            free = self.node.kv_pool_bytes
         if free <= 0:
             raise ConfigError(
                 f"model: {self.model.name} weights ({weights / 1e9:.0f} GB) do not fit in node memory "
                 f"({usable / 1e9:.0f} GB); raise node.num_gpus"
+            )
+        page_bytes = self.cache.page_size * self.model.kv_bytes_per_token
+        if free < page_bytes:
+            raise ConfigError(
+                f"model: the KV pool ({free:.0f} bytes after the weights) holds no page of "
+                f"cache.page_size={self.cache.page_size} tokens ({page_bytes} bytes); "
+                "raise node.num_gpus or gpu.hbm_bytes"
             )
         return int(free)
 
@@ -343,27 +407,50 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
 
 
 def parse_config(data: dict, source: str = "config") -> ExperimentConfig:
+    found = number_error(ExperimentConfig, data)
+    if found:
+        raise ConfigError(f"{source}: {found}")
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"{source}: {format_validation_error(err)}") from None
 
 
-def load_config_file(path: str | Path) -> dict:
+def load_config_file(path: str | Path, flag: str = "--config") -> dict:
+    """A YAML or JSON mapping; every way it can be unusable is a ConfigError naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{flag}: {path} is a directory, not a config file")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{flag}: {path} is not a regular file (a FIFO or device?)")
     if not path.is_file():
-        raise ConfigError(f"--config: no such file {path}")
-    text = path.read_text()
+        raise ConfigError(f"{flag}: no such file {path}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than the bound of {MAX_CONFIG_BYTES // 2**20} MiB")
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(
-            f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}".splitlines()[
-                0
-            ]
-        ) from None
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({err.reason})") from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    try:
+        data = (
+            json.loads(text, object_pairs_hook=reject_duplicate_json_keys)
+            if kind == "JSON"
+            else load_yaml(text)
+        )
+    except (ValueError, yaml.YAMLError, RecursionError) as err:
+        first = (
+            yaml_error_text(err)
+            if isinstance(err, yaml.YAMLError)
+            else (str(err).splitlines() or [type(err).__name__])[0]
+        )
+        raise ConfigError(f"{path}: not valid {kind}: {first}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config fields")
+    if count_values(data) > MAX_CONFIG_VALUES:
+        raise ConfigError(
+            f"{path}: more than {MAX_CONFIG_VALUES:,} values once aliases are expanded (the bound)"
+        )
     return data

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from sim.kv.protocol import CacheCounters
 from sim.sequence import Status
 from sim.views import node_load
 
@@ -96,7 +97,7 @@ class Recorder:
                     load,
                     u.internal_frag_bytes,
                     u.index_bytes,
-                    *_cache_counters(node.kv),
+                    *_sampled_counters(node.kv.counters()),
                 )
             )
 
@@ -158,8 +159,7 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
     else:
         held = per_time.kv_allocated_bytes + per_time.kv_retired_bytes  # cached pages are evictable
     allocated = series.kv_allocated_bytes.sum()
-    nodes = [n.kv for n in cluster.nodes]
-    caches = [kv.cache for kv in nodes if hasattr(kv, "cache")]
+    counters = [n.kv.counters() for n in cluster.nodes]
     out = {
         "completed": len(done),
         "failed": int((requests.status == Status.FAILED.value).sum()),
@@ -188,40 +188,37 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "peak_kv_bytes": int(held.max()) if len(held) else 0,
         "peak_cached_kv_bytes": int(per_time.kv_cached_bytes.max()) if len(per_time) else 0,
         "kv_utilization": float(series.kv_live_bytes.sum() / allocated) if allocated else 0.0,
-        "oom_events": int(sum(getattr(kv, "oom_events", 0) for kv in nodes)),
+        "oom_events": sum(c.alloc_stalls for c in counters),
         "preemptions": int(sum(n.num_preemptions for n in cluster.nodes)),
         "false_hits": int(requests.false_hits.sum()),
         "wrong_reuse_tokens": int(requests.wrong_reuse_tokens.sum()),
-        "evicted_pages": int(sum(c.num_evicted_pages for c in caches)),
-        "admission_rejected_tokens": int(sum(c.admission_rejected_tokens for c in caches)),
-        **_cache_engine(series, caches),
+        "evicted_pages": int(sum(c.evicted_pages for c in counters)),
+        "admission_rejected_tokens": int(sum(c.admission_rejected_tokens for c in counters)),
+        **_cache_engine(series, counters),
         "mean_node_busy": float(np.mean([n.busy_s for n in cluster.nodes])) / end_s,
         # The fixed per-step cost in every step's price, and where that number comes from.
         "step_overhead_ms": cfg.gpu.step_overhead_s * 1e3,
         "step_overhead_source": cfg.gpu.step_overhead_source,
         **_routing_balance(requests, series, cluster),
     }
-    if getattr(cluster, "placement", None) is not None:  # KV across nodes: network bytes, links
+    if cluster.placement is not None:  # KV across nodes: network bytes, links
         out.update(cluster.placement.summary(duration))
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
 
 
-def _cache_counters(kv) -> tuple[int, int, int]:
-    """(protected pages now, evicted pages so far, use-after-free so far) of a paged node."""
-    cache = getattr(kv, "cache", None)
-    if cache is None:
-        return 0, 0, 0
-    return int(cache.protected_pages().size), cache.num_evicted_pages, cache.pool.use_after_free
+def _sampled_counters(c: CacheCounters) -> tuple[int, int, int]:
+    """(protected pages now, evicted pages so far, use-after-free so far): the sampled columns."""
+    return c.protected_pages, c.evicted_pages, c.use_after_free
 
 
-def _cache_engine(series: pd.DataFrame, caches: list) -> dict:
+def _cache_engine(series: pd.DataFrame, counters: list[CacheCounters]) -> dict:
     """The KV engine's own metrics: sums over nodes; gauges are taken over the sample times."""
     per_time = series.groupby("time_s")[
         ["kv_internal_frag_bytes", "index_overhead_bytes", "protected_pages", "kv_retired_bytes"]
     ].sum()
     empty = per_time.empty
     return {
-        "use_after_free": int(sum(c.pool.use_after_free for c in caches)),
+        "use_after_free": int(sum(c.use_after_free for c in counters)),
         "protected_pages": 0 if empty else int(per_time.protected_pages.max()),  # peak, all nodes
         "internal_fragmentation_bytes": 0.0
         if empty
@@ -229,9 +226,7 @@ def _cache_engine(series: pd.DataFrame, caches: list) -> dict:
         "index_overhead_bytes": 0 if empty else int(per_time.index_overhead_bytes.max()),  # peak
         # What epoch reclamation holds back: retired pages waiting for their readers (all nodes).
         "mean_retired_kv_bytes": 0.0 if empty else float(per_time.kv_retired_bytes.mean()),
-        "peak_retired_kv_bytes": max(
-            (c.pool.peak_retired * c.pool.page_bytes for c in caches), default=0
-        ),
+        "peak_retired_kv_bytes": max((c.peak_retired_bytes for c in counters), default=0),
     }
 
 
@@ -275,8 +270,8 @@ def _routing_balance(requests: pd.DataFrame, series: pd.DataFrame, cluster: Clus
 
 
 def _router_utilization(cluster: Cluster) -> float:
-    router = getattr(cluster, "router", None)
-    if router is None or not hasattr(router, "busy_s"):
+    router = cluster.router
+    if router is None:  # a cluster without a central router (none today; tests build one)
         return math.nan
     return router.busy_s / (router.cfg.lanes * cluster.cfg.duration_s)
 
@@ -291,7 +286,7 @@ def eviction_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
     rows = []
     page = cluster.page_size
     for node in cluster.nodes:
-        counts = getattr(getattr(node.kv, "cache", None), "evicted_by_depth", None)
+        counts = node.kv.counters().evicted_by_depth
         if counts is None:
             continue
         per_bucket: dict[int, int] = {}

@@ -13,6 +13,7 @@ import numpy as np
 
 from sim.config import PolicySpec
 from sim.kv.views import PageStats, Segment
+from sim.sequence import Sequence
 from sim.views import NodeView, RouteQuery
 
 
@@ -39,4 +40,10 @@ class AdmissionPolicy(Protocol):
 class MakePolicy(Protocol):
     def __call__(self, kind: str, spec: PolicySpec, rng: np.random.Generator | None = None) -> Any:
         """A policy object of `kind` ("routing", "eviction", ...) as `spec` names it."""
+        ...
+
+
+class SchedulingPolicy(Protocol):
+    def victim(self, running: list[Sequence]) -> Sequence:
+        """The running request to preempt when another cannot get memory."""
         ...

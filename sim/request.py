@@ -52,3 +52,5 @@ class Workload:
     requests: Iterator[Request]
     num_clients: int | None = None
     info: dict = field(default_factory=dict)
+    # A trace's own ids where they are text: request_id -> id as written (requests.csv shows it).
+    request_labels: dict[int, str] | None = None

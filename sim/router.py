@@ -43,7 +43,7 @@ class Router:
         self.page_size = page_size
         self.kv_capacity_tokens = kv_capacity_tokens
         self.token_bytes = token_bytes
-        self.needs_prefix_match = getattr(policy, "needs_prefix_match", True)
+        self.needs_prefix_match = policy.needs_prefix_match
         if cfg.lane_by == "any":
             self.lanes = [simpy.Resource(env, capacity=cfg.lanes)]
         else:
@@ -64,7 +64,7 @@ class Router:
                     len(node.running),
                     self.kv_capacity_tokens,
                     kv.free_tokens(),
-                    _used_tokens(kv, self.token_bytes),
+                    kv.used_tokens(),
                     node.waiting_prompt_tokens,
                     matched[i] * self.page_size if matched is not None else 0,
                     node.cfg.max_num_seqs,
@@ -104,12 +104,3 @@ class Router:
             return self.lanes[0]
         key = int(seq.keys[0]) if seq.keys.shape[0] else seq.req.request_id
         return self.lanes[key % len(self.lanes)]
-
-
-def _used_tokens(kv, token_bytes: int) -> int:
-    """KV tokens held for running requests; what `kv.usage().allocated_bytes` says, without building
-    the whole usage record (the contiguous one scans its holes) on every decision."""
-    cache = getattr(kv, "cache", None)
-    if cache is not None:
-        return cache.pool.num_used * cache.page_size
-    return kv.alloc.used_bytes // token_bytes

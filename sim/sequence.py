@@ -65,6 +65,15 @@ class Sequence:
         self.keys = _NO_KEYS
         self.context = self.context_keys = None
 
+    def reset_progress(self) -> None:
+        """Its node crashed: nothing computed or generated survives; sent again, it starts over."""
+        self.status = Status.WAITING
+        self.num_computed = self.num_generated = self.recomputed_outputs = 0
+        self.stored_pages = self.kv_tokens = 0
+        self.pages = []
+        self.oom_blocked = False
+        self.first_token_s = float("nan")
+
     def context_pages(self, page_size: int, hash_bits: int) -> tuple[np.ndarray, np.ndarray]:
         """(int32 [prompt + outputs] token ids, uint64 keys of its full pages): what the cache
         indexes once generated tokens are computed. The prompt's keys are a prefix of these."""

@@ -19,6 +19,15 @@ class ConstantLatency:
         return self.step_s
 
 
+def sim_node(env, node_id: int, cfg, kv, latency, on_finish, transfer=None):
+    """A SimPy node over a pure scheduler, priced by `latency` (+ remote `transfer`)."""
+    from sim.executor import ModelledExecutor
+    from sim.node import Node
+    from sim.scheduler import Scheduler
+
+    return Node(env, node_id, Scheduler(cfg, kv), ModelledExecutor(latency, transfer), on_finish)
+
+
 def make_request(
     request_id: int, tokens, output_tokens: int = 2, arrival_s: float | None = 0.0, tag: str = ""
 ) -> Request:

@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.index_base import BLOCK_TABLE_ENTRY_BYTES
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
+from sim.kv.protocol import CacheCounters
 from sim.kv.rebuild_cost import break_even_tokens
 from sim.sequence import Sequence
 
@@ -45,8 +48,22 @@ class KVUsage:
 
 
 class PagedKV:
-    def __init__(self, cache: PagedKVCache, token_bytes: int):
+    on_oom = "wait"  # admission only references cached pages: it never runs out of room
+
+    def __init__(
+        self,
+        cache: PagedKVCache,
+        token_bytes: int,
+        zone_cap_tokens: int = 0,
+        cache_outputs: bool = False,
+        hash_bits: int = 64,
+    ):
         self.cache = cache
+        self.cache_outputs = cache_outputs  # index generated tokens' pages too
+        self.hash_bits = hash_bits  # page keys of generated tokens, as the prompt's
+        self.zone_cap_tokens = (
+            zone_cap_tokens  # the protected zone may pin this many, never evicted
+        )
         self.token_bytes = token_bytes
         self.page_size = cache.page_size
         self.live_tokens = (
@@ -59,7 +76,11 @@ class PagedKV:
 
     def admit(self, seq: Sequence, now: float) -> bool:
         """Place a waiting request on its cached prefix (references only; see `commit`)."""
-        match = self.cache.match_prefix(seq.keys, seq.req.prompt, now, record=False)
+        keys, tokens = seq.keys, seq.req.prompt
+        if self.cache_outputs and seq.recomputed_outputs:  # recompute may hit its own outputs
+            tokens, keys = seq.context_pages(self.page_size, self.hash_bits)
+            tokens = tokens[: seq.prefill_target]
+        match = self.cache.match_prefix(keys, tokens, now, record=False)
         seq.pending_match = match
         seq.pages = list(match.pages)
         seq.num_computed = len(match.pages) * self.page_size
@@ -104,13 +125,30 @@ class PagedKV:
             seq.kv_tokens = want
         return True
 
-    def on_computed(self, seq: Sequence, num_tokens: int, now: float) -> None:
+    def on_computed(
+        self, seq: Sequence, num_tokens: int, now: float, indexable_tokens: int | None = None
+    ) -> None:
+        """`indexable_tokens`: computed tokens the prefix index may see (default all of them;
+        placement passes only the leading local run of pages)."""
         self.live_tokens += num_tokens
         seq.last_read_s = now  # the step that just ended read (and wrote) its pages
-        full = min(seq.num_computed, seq.prompt_tokens) // self.page_size
+        computed = seq.num_computed if indexable_tokens is None else indexable_tokens
+        # The prompt's full pages; with cache_outputs the generated tokens' too (vLLM v1 and SGLang
+        # index every full page a request has computed).
+        limit = computed if self.cache_outputs else min(computed, seq.prompt_tokens)
+        full = limit // self.page_size
         if seq.cacheable and full > seq.stored_pages:
-            self.cache.store_pages(seq.pages, seq.keys, seq.req.prompt, seq.stored_pages, full, now)
+            keys, tokens = self._keys_and_tokens(seq, full)
+            self.cache.store_pages(seq.pages, keys, tokens, seq.stored_pages, full, now)
         seq.stored_pages = max(seq.stored_pages, full)
+
+    def _keys_and_tokens(self, seq: Sequence, num_pages: int) -> tuple[np.ndarray, np.ndarray]:
+        """Page keys and token ids covering `num_pages` pages: the prompt's while they suffice,
+        else prompt + generated ids (built once per request)."""
+        if num_pages <= seq.keys.shape[0]:
+            return seq.keys, seq.req.prompt
+        tokens, keys = seq.context_pages(self.page_size, self.hash_bits)
+        return keys, tokens
 
     def free(self, seq: Sequence) -> None:
         self.live_tokens -= seq.num_computed
@@ -134,6 +172,25 @@ class PagedKV:
     def capacity_tokens(self) -> int:
         return self.cache.pool.num_pages * self.page_size
 
+    def used_tokens(self) -> int:
+        return self.cache.pool.num_used * self.page_size
+
+    def counters(self) -> CacheCounters:
+        c = self.cache
+        return CacheCounters(
+            protected_pages=int(c.protected_pages().size),
+            evicted_pages=c.num_evicted_pages,
+            use_after_free=c.pool.use_after_free,
+            admission_rejected_tokens=c.admission_rejected_tokens,
+            peak_retired_bytes=c.pool.peak_retired * c.pool.page_bytes,
+            evicted_by_depth=c.evicted_by_depth,
+        )
+
+    def can_ever_fit(self, seq: Sequence, headroom_tokens: int) -> bool:
+        usable = self.capacity_tokens() - headroom_tokens - self.zone_cap_tokens
+        total = seq.prompt_tokens + seq.req.output_tokens
+        return -(-total // self.page_size) * self.page_size <= usable
+
     def usage(self) -> KVUsage:
         pool, pb, tb = self.cache.pool, self.cache.pool.page_bytes, self.token_bytes
         allocated = pool.num_used * pb
@@ -155,19 +212,37 @@ class PagedKV:
 
 
 class ContiguousKV:
-    """No prefix reuse; the whole maximum length is reserved at admission."""
+    """No prefix reuse; the whole maximum length is reserved at admission.
+
+    reservation: `prompt_plus_max_new_tokens` reserves prompt + max(max_new_tokens, the request's
+    output), capped at max_model_len (a client's bound); `max_model_len` reserves the whole
+    context window for every request (what frameworks without a per-request bound do).
+    on_oom, when no hole fits at the physical limit: `wait` (the request stalls at the head of
+    the queue until memory frees: an alloc stall), `reject` (it fails at once), `crash` (the
+    serving process dies: the scheduler and the node actor handle it; see sim/node.py).
+    """
 
     def __init__(
-        self, alloc: ContiguousAllocator, token_bytes: int, max_new_tokens: int, max_model_len: int
+        self,
+        alloc: ContiguousAllocator,
+        token_bytes: int,
+        max_new_tokens: int,
+        max_model_len: int,
+        reservation: str = "prompt_plus_max_new_tokens",
+        on_oom: str = "wait",
     ):
         self.alloc = alloc
         self.token_bytes = token_bytes
         self.max_new_tokens = max_new_tokens
         self.max_model_len = max_model_len
+        self.reservation = reservation
+        self.on_oom = on_oom
         self.live_tokens = 0
-        self.oom_events = 0
+        self.oom_events = 0  # alloc stalls: requests that waited for a hole (each counted once)
 
     def reservation_tokens(self, seq: Sequence) -> int:
+        if self.reservation == "max_model_len":
+            return self.max_model_len
         return min(
             self.max_model_len, seq.prompt_tokens + max(self.max_new_tokens, seq.req.output_tokens)
         )
@@ -175,13 +250,18 @@ class ContiguousKV:
     def admit(self, seq: Sequence, now: float) -> bool:
         if self.alloc.allocate(seq.req.request_id, self.reservation_tokens(seq) * self.token_bytes):
             return True
-        if not seq.oom_blocked:  # count each request that hit the wall once
+        if self.on_oom == "wait" and not seq.oom_blocked:  # count each stalled request once
             seq.oom_blocked = True
             self.oom_events += 1
         return False
 
     def commit(self, seq: Sequence, now: float) -> None:
         pass
+
+    def reset(self) -> None:
+        """The serving process restarted: the pool comes back empty (no segment grown)."""
+        self.alloc = ContiguousAllocator(self.alloc.capacity_bytes, self.alloc.segment_bytes)
+        self.live_tokens = 0
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
         return seq.num_computed + num_tokens <= self.reservation_tokens(seq)
@@ -205,6 +285,17 @@ class ContiguousKV:
     def capacity_tokens(self) -> int:
         return self.alloc.capacity_bytes // self.token_bytes
 
+    def used_tokens(self) -> int:
+        return self.alloc.used_bytes // self.token_bytes
+
+    def counters(self) -> CacheCounters:
+        return CacheCounters(alloc_stalls=self.oom_events)
+
+    def can_ever_fit(self, seq: Sequence, headroom_tokens: int) -> bool:
+        total = seq.prompt_tokens + seq.req.output_tokens
+        usable = self.capacity_tokens() - headroom_tokens
+        return total <= self.max_model_len and self.reservation_tokens(seq) <= usable
+
     def usage(self) -> KVUsage:
         a = self.alloc
         return KVUsage(
@@ -217,6 +308,19 @@ class ContiguousKV:
             pool_bytes=a.pool_bytes,
             internal_frag_bytes=max(0, a.used_bytes - self.live_tokens * self.token_bytes),
         )
+
+
+def contiguous_kv_from_config(cfg: ExperimentConfig) -> ContiguousKV:
+    """One node's contiguous baseline manager as the config asks (reservation, on_oom)."""
+    c = cfg.cache
+    return ContiguousKV(
+        ContiguousAllocator(cfg.kv_capacity_bytes, int(c.segment_bytes)),
+        cfg.model.kv_bytes_per_token,
+        c.max_new_tokens,
+        c.max_model_len,
+        c.reservation,
+        c.on_oom,
+    )
 
 
 def paged_kv_from_config(
@@ -249,4 +353,5 @@ def paged_kv_from_config(
         break_even_tokens=break_even_tokens(latency, c.page_size),
         node_id=node_id,
     )
-    return PagedKV(cache, token_bytes)
+    zone_cap_tokens = int(c.protected_max_fraction * (num_pages * c.page_size)) if zone else 0
+    return PagedKV(cache, token_bytes, zone_cap_tokens, c.cache_outputs, c.hash_bits)

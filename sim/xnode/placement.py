@@ -24,19 +24,20 @@ the record, local ones included.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.kv.manager import PagedKV
+from sim.kv.manager import KVUsage, PagedKV
+from sim.kv.protocol import CacheCounters, headroom_tokens
 from sim.sequence import Sequence, Status
 from sim.xnode.network import Network
 from sim.xnode.page_traffic import PageTraffic
 
 if TYPE_CHECKING:
     from sim.config import ExperimentConfig
-    from sim.node import Node
 
 
 @dataclass(slots=True)
@@ -64,24 +65,35 @@ class Record:
 
 
 class Placement:
-    def __init__(self, cfg: ExperimentConfig, nodes: list[Node]):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        kvs: list[PagedKV],
+        clock: Callable[[], float],
+        wake: Callable[[int], None],
+    ):
+        """`kvs`: each node's own paged manager; `clock()`: now; `wake(node)`: a node asleep
+        retries its waiting head (memory came back on it)."""
         self.cfg = cfg.placement
-        self.nodes = nodes
-        self.kvs: list[PagedKV] = [n.kv for n in nodes]
+        self.kvs = kvs
+        self.num_nodes = len(kvs)
+        self.clock = clock
+        self.wake_node = wake
         self.page_size = cfg.cache.page_size
         self.token_bytes = cfg.model.kv_bytes_per_token
-        # Keep the node's admission headroom (sim/node.py's watermark) out of reach of placement.
-        self.reserve_pages = -(
-            -int(cfg.node.admission_watermark * self.kvs[0].capacity_tokens()) // self.page_size
+        # The node's admission headroom (sim/kv/protocol.py), out of reach of placement too.
+        self.headroom_tokens = headroom_tokens(
+            cfg.node.admission_watermark, self.kvs[0].capacity_tokens()
         )
+        self.reserve_pages = -(-self.headroom_tokens // self.page_size)
         lanes = min(cfg.node.tp, cfg.network.nics_per_node or cfg.node.num_gpus)
         self.network = Network(
-            cfg.network, len(nodes), lanes, self.page_size, self.token_bytes, cfg.model.num_layers
+            cfg.network, len(kvs), lanes, self.page_size, self.token_bytes, cfg.model.num_layers
         )
         self.records: dict[Sequence, Record] = {}
         self.traffic = PageTraffic(self.page_size, self.network, self.records)
-        self.out_pages = [0] * len(nodes)  # pages of this node's requests held by peers
-        self.hosted_pages = [0] * len(nodes)  # pages this node holds for peers' requests
+        self.out_pages = [0] * len(kvs)  # pages of this node's requests held by peers
+        self.hosted_pages = [0] * len(kvs)  # pages this node holds for peers' requests
         self.blocked: set[int] = set()  # owners whose request did not fit on its nodes
         # Requests whose pages did not fit, by age: younger ones take no new pages until they do
         # (a cluster-wide oldest-first rule; without it two owners can preempt each other forever).
@@ -100,19 +112,17 @@ class Placement:
 
     def room(self, node: int) -> int:
         """Pages placement may take on a node now (free + evictable now) minus the admission headroom."""
-        return max(
-            0, self.kvs[node].cache.takeable_pages(self.nodes[node].env.now) - self.reserve_pages
-        )
+        return max(0, self.kvs[node].cache.takeable_pages(self.clock()) - self.reserve_pages)
 
     def _by_room(self, exclude: int) -> list[int]:
         """Peers, most available pages first (ties: lower id)."""
         return sorted(
-            (p for p in range(len(self.nodes)) if p != exclude), key=lambda p: (-self.room(p), p)
+            (p for p in range(self.num_nodes) if p != exclude), key=lambda p: (-self.room(p), p)
         )
 
     def targets(self, rec: Record, first: int, need: int) -> list[int] | None:
         """Node of each logical page first .. first+need-1, or None if they do not fit."""
-        room = [self.room(n) for n in range(len(self.nodes))]
+        room = [self.room(n) for n in range(self.num_nodes)]
         if self.cfg.policy == "spill":  # local first, then the roomiest peers
             prefer = [rec.owner] * min(need, room[rec.owner])
             for peer in self._by_room(rec.owner):
@@ -149,10 +159,7 @@ class Placement:
             )
             if not self.eligible(seq) or fits_locally:
                 return inner.grow(seq, num_tokens, now)
-            if (
-                seq.status is Status.WAITING
-                and inner.free_tokens() < self.nodes[owner].headroom_tokens
-            ):
+            if seq.status is Status.WAITING and inner.free_tokens() < self.headroom_tokens:
                 return False  # the node admits nothing below its watermark: place nothing either
             rec = self._new_record(owner, seq)
         need = need_total - len(seq.pages) - len(rec.nodes)
@@ -198,7 +205,7 @@ class Placement:
         self.records[seq] = rec
         if not nodes:
             return
-        counts = np.bincount(np.asarray(nodes, dtype=np.int64), minlength=len(self.nodes))
+        counts = np.bincount(np.asarray(nodes, dtype=np.int64), minlength=self.num_nodes)
         new_pages = {
             n: iter(self.kvs[n].cache.allocate(int(c), now)) for n, c in enumerate(counts) if c
         }
@@ -253,7 +260,7 @@ class Placement:
             while self._to_wake:
                 n = min(self._to_wake)
                 self._to_wake.discard(n)
-                self.nodes[n].wake()
+                self.wake_node(n)
         finally:
             self._waking = False
 
@@ -261,13 +268,9 @@ class Placement:
         if seq not in self.records:
             self.kvs[owner].on_computed(seq, num_tokens, now)
             return
-        # The prefix index addresses seq.pages by position: let it see only the leading local run.
-        computed = seq.num_computed
-        seq.num_computed = min(computed, len(seq.pages) * self.page_size)
-        try:
-            self.kvs[owner].on_computed(seq, num_tokens, now)
-        finally:
-            seq.num_computed = computed
+        # The prefix index addresses seq.pages by position: it sees only the leading local run.
+        indexable = min(seq.num_computed, len(seq.pages) * self.page_size)
+        self.kvs[owner].on_computed(seq, num_tokens, now, indexable_tokens=indexable)
 
     # -- what the cluster and the metrics ask ------------------------------------------------
     def can_ever_fit(self, seq: Sequence) -> bool:
@@ -276,7 +279,7 @@ class Placement:
         if not self.eligible(seq):
             return pages <= self.kvs[0].cache.pool.num_pages
         if self.cfg.policy == "spill":
-            return pages <= per_node * len(self.nodes)
+            return pages <= per_node * self.num_nodes
         k, stripe = self.cfg.shard_nodes, self.cfg.stripe_pages
         return int(np.bincount((np.arange(pages) // stripe) % k, minlength=k).max()) <= per_node
 
@@ -293,13 +296,16 @@ class Placement:
 
 
 class PlacedKV:
-    """A node's KV manager whose requests may hold pages on peers; the rest is its PagedKV's."""
+    """A node's KV manager whose requests may hold pages on peers; placement decides where."""
 
     def __init__(self, inner: PagedKV, node_id: int, placement: Placement):
         self.inner, self.node_id, self.placement = inner, node_id, placement
 
-    def __getattr__(self, name: str):  # everything placement does not change: the inner manager
-        return getattr(self.inner, name)
+    def admit(self, seq: Sequence, now: float) -> bool:
+        return self.inner.admit(seq, now)
+
+    def commit(self, seq: Sequence, now: float) -> None:
+        self.inner.commit(seq, now)
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
         return self.placement.grow(self.node_id, seq, num_tokens, now)
@@ -322,15 +328,32 @@ class PlacedKV:
             self.placement.wake_blocked(self.node_id)
         return wait_s
 
+    def free_tokens(self) -> int:
+        return self.inner.free_tokens()
 
-def make_placement(cfg: ExperimentConfig, nodes: list[Node]) -> Placement | None:
-    """Wire placement into the nodes (their KV managers and step times); None for local_only."""
+    def capacity_tokens(self) -> int:
+        return self.inner.capacity_tokens()
+
+    def used_tokens(self) -> int:
+        return self.inner.used_tokens()
+
+    def usage(self) -> KVUsage:
+        return self.inner.usage()
+
+    def counters(self) -> CacheCounters:
+        return self.inner.counters()
+
+    def can_ever_fit(self, seq: Sequence, headroom_tokens: int) -> bool:
+        return self.placement.can_ever_fit(seq)
+
+
+def make_placement(
+    cfg: ExperimentConfig,
+    kvs: list[PagedKV],
+    clock: Callable[[], float],
+    wake: Callable[[int], None],
+) -> Placement | None:
+    """Cross-node placement over the nodes' paged managers; None for local_only."""
     if cfg.placement.policy == "local_only":
         return None
-    placement = Placement(cfg, nodes)
-    for node in nodes:
-        node.kv = PlacedKV(node.kv, node.node_id, placement)
-        node.remote = lambda batch, now, owner=node.node_id: placement.traffic.step_transfer_s(
-            owner, batch, now
-        )
-    return placement
+    return Placement(cfg, kvs, clock, wake)

@@ -11,9 +11,8 @@ from policies.eviction import LRU
 from sim.config import NodeConfig
 from sim.kv.manager import PagedKV
 from sim.kv.paged_cache import PagedKVCache
-from sim.node import Node
 from sim.sequence import Sequence, Status
-from tests.helpers import ConstantLatency, make_request, submit_at
+from tests.helpers import ConstantLatency, make_request, sim_node, submit_at
 
 PAGE = 16
 
@@ -24,7 +23,7 @@ def make_node(num_pages: int = 64, budget: int = 4096, step_s: float = 0.01):
         num_pages, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams())
     )
     finished: list[Sequence] = []
-    node = Node(
+    node = sim_node(
         env,
         0,
         NodeConfig(num_gpus=1, tp=1, max_num_batched_tokens=budget),
@@ -134,7 +133,7 @@ def test_an_idle_node_wakes_when_cached_pages_leave_the_race_window():
         race_window_s=0.5,
     )
     finished: list[Sequence] = []
-    node = Node(
+    node = sim_node(
         env,
         0,
         NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0),
@@ -159,7 +158,7 @@ def test_takeable_pages_leave_out_cached_pages_a_reader_may_still_hold():
         admission=Always(NoParams()),
         race_window_s=0.5,
     )
-    node = Node(
+    node = sim_node(
         env,
         0,
         NodeConfig(num_gpus=1, tp=1, admission_watermark=0.0),

@@ -20,11 +20,10 @@ from policies.eviction import LRU
 from sim.config import parse_config
 from sim.kv.manager import PagedKV
 from sim.kv.paged_cache import PagedKVCache
-from sim.node import Node
 from sim.sequence import Sequence, Status
 from sim.xnode.page_index_codec import encoded_size
 from sim.xnode.placement import PlacedKV, make_placement
-from tests.helpers import ConstantLatency, make_request
+from tests.helpers import ConstantLatency, make_request, sim_node
 from tests.helpers import submit_at as submit
 
 PAGE = 16
@@ -51,7 +50,7 @@ def make_cluster(
     )
     env = simpy.Environment()
     finished: list[Sequence] = []
-    nodes = []
+    paged = []
     for i in range(num_nodes):
         cache = PagedKVCache(
             pages,
@@ -62,29 +61,41 @@ def make_cluster(
             prefix_cache=prefix_cache,
             node_id=i,
         )
+        paged.append(PagedKV(cache, TB))
+    nodes: list = []
+    placement = make_placement(cfg, paged, lambda: env.now, lambda n: nodes[n].wake())
+    for i, kv in enumerate(paged):
+        wired = kv if placement is None else PlacedKV(kv, i, placement)
+        transfer = None if placement is None else placement.traffic.step_transfer_s
         nodes.append(
-            Node(env, i, cfg.node, PagedKV(cache, TB), ConstantLatency(STEP_S), finished.append)
+            sim_node(env, i, cfg.node, wired, ConstantLatency(STEP_S), finished.append, transfer)
         )
-    return env, nodes, make_placement(cfg, nodes), finished
+    return env, nodes, placement, finished
+
+
+def cache(node) -> PagedKVCache:
+    """The node's own paged cache (under placement's wrapper, if any)."""
+    kv = node.kv
+    return kv.inner.cache if isinstance(kv, PlacedKV) else kv.cache
 
 
 def check_clean(nodes, placement) -> None:
     assert placement.records == {}
     assert placement.out_pages == [0] * len(nodes) and placement.hosted_pages == [0] * len(nodes)
     for node in nodes:
-        node.kv.cache.pool.check_invariants()
-        assert node.kv.cache.pool.num_used == 0
+        cache(node).pool.check_invariants()
+        assert cache(node).pool.num_used == 0
 
 
 def test_local_only_builds_nothing():
     env, nodes, placement, _ = make_cluster("local_only")
     assert placement is None
-    assert all(type(n.kv) is PagedKV and n.remote is None for n in nodes)
+    assert all(type(n.kv) is PagedKV and n.executor.transfer is None for n in nodes)
 
 
 def test_spill_overflows_to_the_peer_with_most_room_and_the_step_waits_for_it():
     env, nodes, placement, finished = make_cluster("spill")
-    held = nodes[1].kv.cache.allocate(3, 0.0)  # node 1 has 5 pages of room, node 2 has 8
+    held = cache(nodes[1]).allocate(3, 0.0)  # node 1 has 5 pages of room, node 2 has 8
     seq = submit(env, nodes[0], 0.0, make_request(0, np.arange(200), output_tokens=2))
     env.run(until=0.005)
     rec = placement.records[seq]
@@ -104,8 +115,8 @@ def test_spill_overflows_to_the_peer_with_most_room_and_the_step_waits_for_it():
     assert m["remote_decode_transfer_ms"] == pytest.approx((hs + 0.072) * 1e3)
     assert m["remote_decode_wire_ms"] == pytest.approx(72.0)
     assert finished == [seq]
-    assert nodes[2].kv.cache.pool.num_free == 8  # node 2 was asleep: its pages came back at once
-    nodes[1].kv.cache.release(held)
+    assert cache(nodes[2]).pool.num_free == 8  # node 2 was asleep: its pages came back at once
+    cache(nodes[1]).release(held)
     check_clean(nodes, placement)
 
 
@@ -215,7 +226,7 @@ def test_when_everything_fits_at_once_every_request_finishes_and_every_page_come
 def test_under_any_load_pages_are_conserved_and_counted_where_they_live(policy, reqs):
     nodes, placement, _ = run_random(policy, reqs, feasible=False)
     for node in nodes:
-        node.kv.cache.pool.check_invariants()
+        cache(node).pool.check_invariants()
     hosted = np.zeros(len(nodes), dtype=int)
     for rec in placement.records.values():
         hosted += np.bincount([n for n in rec.nodes if n != rec.owner], minlength=len(nodes))

@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.kv.protocol import CacheCounters
 from sim.metrics import REQUEST_COLUMNS, SERIES_COLUMNS, summarize
 
 
 def fake_cluster(mechanism: str = "paged", warmup_s: float = 0.0):
-    kv = SimpleNamespace()  # no cache, no oom counter: both count 0
+    kv = SimpleNamespace(counters=CacheCounters)  # no cache, no stalls: every counter 0
     nodes = [
         SimpleNamespace(kv=kv, num_preemptions=1, busy_s=5.0),
         SimpleNamespace(kv=kv, num_preemptions=2, busy_s=15.0),
@@ -23,7 +24,9 @@ def fake_cluster(mechanism: str = "paged", warmup_s: float = 0.0):
         cache=SimpleNamespace(mechanism=mechanism),
         gpu=SimpleNamespace(step_overhead_s=0.0, step_overhead_source="not measured"),
     )
-    return SimpleNamespace(cfg=cfg, nodes=nodes, placement=None, env=SimpleNamespace(now=10.0))
+    return SimpleNamespace(
+        cfg=cfg, nodes=nodes, placement=None, router=None, env=SimpleNamespace(now=10.0)
+    )
 
 
 def requests() -> pd.DataFrame:

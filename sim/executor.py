@@ -1,0 +1,32 @@
+"""Who says how long a step took: one Protocol, the latency model here, the GPU in engine/."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from sim.latency.base import LatencyModel
+from sim.scheduler import BatchItem, Step
+
+# Seconds a node's step waits for KV pages held by other nodes (sim/xnode/page_traffic.py).
+RemoteTransfer = Callable[[int, list[BatchItem], float], float]
+
+
+class StepExecutor(Protocol):
+    def run_step(self, node_id: int, step: Step, now: float) -> float:
+        """Execute (or price) `step` starting at `now`; returns its duration in seconds."""
+        ...
+
+
+class ModelledExecutor:
+    """Simulation: the latency model prices the step; remote pages add their transfer time."""
+
+    def __init__(self, latency: LatencyModel, transfer: RemoteTransfer | None = None):
+        self.latency = latency
+        self.transfer = transfer
+
+    def run_step(self, node_id: int, step: Step, now: float) -> float:
+        step_s = self.latency.step_time_s(step.plan())
+        if self.transfer is not None:  # pages on other nodes arrive before the step reads them
+            step_s += self.transfer(node_id, step.items, now)
+        return step_s

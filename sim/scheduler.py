@@ -1,0 +1,156 @@
+"""A node's step decision, pure: no SimPy, no clock but the `now` it is handed.
+
+Each step (as vLLM's v1 scheduler): running requests first (a decode token each, or the next
+chunk of their prefill), then waiting requests in FCFS order while the token budget, the sequence
+limit and KV memory allow. A running request that cannot get a page preempts a running request
+(the scheduling policy picks it; vLLM's rule: the newest) until it fits: recompute, its pages are
+dropped, cached ones stay cached. The waiting head that cannot be placed blocks the queue
+(head-of-line), as in vLLM.
+
+`schedule(now)` plans a step and allocates its KV; whoever executes it (the latency model in a
+simulation, the GPU in the engine) says how long it took; `apply(step, now)` advances the
+sequences at the step's end and returns the ones that finished.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.config import NodeConfig
+from sim.kv.protocol import KVManager, headroom_tokens
+from sim.latency.base import StepPlan
+from sim.policy_api import SchedulingPolicy
+from sim.sequence import Sequence, Status
+
+# (sequence, new tokens this step, is a prefill chunk)
+BatchItem = tuple[Sequence, int, bool]
+
+
+@dataclass(slots=True)
+class Step:
+    """One planned step: what runs, and what planning it did to the queues."""
+
+    items: list[BatchItem] = field(default_factory=list)
+    num_preempted: int = 0  # running requests preempted while planning it
+    admitted: list[Sequence] = field(default_factory=list)  # waiting requests it admitted
+
+    def plan(self) -> StepPlan:
+        """The step's shape, as latency models price it."""
+        prefill_new = [n for _, n, pre in self.items if pre]
+        prefill_ctx = [s.num_computed for s, _, pre in self.items if pre]
+        decode = [s.num_computed + 1 for s, _, pre in self.items if not pre]
+        return StepPlan(
+            prefill_new=np.array(prefill_new, dtype=np.int64),
+            prefill_ctx=np.array(prefill_ctx, dtype=np.int64),
+            decode_ctx=np.array(decode, dtype=np.int64),
+        )
+
+
+class _Newest:
+    """The default when no policy is injected (tests, the engine): vLLM's newest-first rule."""
+
+    def victim(self, running: list[Sequence]) -> Sequence:
+        return running[-1]
+
+
+class Scheduler:
+    def __init__(self, cfg: NodeConfig, kv: KVManager, policy: SchedulingPolicy | None = None):
+        self.cfg = cfg
+        self.kv = kv
+        self.policy: SchedulingPolicy = policy if policy is not None else _Newest()
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+        self.waiting_prompt_tokens = 0  # prompt tokens of the queued requests (the router reads it)
+        self.headroom_tokens = headroom_tokens(cfg.admission_watermark, kv.capacity_tokens())
+
+    def add(self, seq: Sequence) -> None:
+        self._enqueue(seq, front=False)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # -- planning ------------------------------------------------------------------------------
+    def schedule(self, now: float) -> Step:
+        """Pick (sequence, new tokens, is prefill) for one step; allocates their KV."""
+        budget = self.cfg.max_num_batched_tokens
+        step = Step()
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq.status is not Status.RUNNING:
+                continue  # preempted earlier in this loop
+            remaining = seq.prefill_target - seq.num_computed
+            n = min(remaining, budget) if remaining > 0 else 1
+            while not self.kv.grow(seq, n, now):
+                victim = self.policy.victim(self.running)
+                self.preempt(victim)
+                step.num_preempted += 1
+                if victim is seq:
+                    break
+            if seq.status is Status.RUNNING:
+                step.items.append((seq, n, remaining > 0))
+                budget -= n
+        if not step.num_preempted:
+            self._admit_waiting(step, budget, now)
+        return step
+
+    def _admit_waiting(self, step: Step, budget: int, now: float) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.kv.admit(seq, now):
+                break
+            n = min(seq.prefill_target - seq.num_computed, budget)
+            if not self.kv.grow(seq, n, now) or self.kv.free_tokens() < self.headroom_tokens:
+                self.kv.free(seq)
+                break
+            self.kv.commit(seq, now)
+            self.waiting.popleft()
+            self.waiting_prompt_tokens -= seq.prompt_tokens
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            step.items.append((seq, n, True))
+            step.admitted.append(seq)
+            budget -= n
+
+    def preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.num_computed = 0
+        seq.stored_pages = 0
+        seq.recomputed_outputs = seq.num_generated
+        seq.preemptions += 1
+        seq.status = Status.WAITING
+        self.num_preemptions += 1
+        self._enqueue(seq, front=True)
+
+    def _enqueue(self, seq: Sequence, front: bool) -> None:
+        (self.waiting.appendleft if front else self.waiting.append)(seq)
+        self.waiting_prompt_tokens += seq.prompt_tokens
+
+    # -- the step's end ------------------------------------------------------------------------
+    def apply(self, step: Step, now: float) -> list[Sequence]:
+        """The step ended at `now`: advance its sequences; returns those that finished."""
+        self.kv.end_step(now)  # a new epoch: what this step's finishes release waits for the next
+        finished = []
+        for seq, n, was_prefill in step.items:
+            seq.num_computed += n
+            self.kv.on_computed(seq, n, now)
+            if was_prefill and seq.num_computed < seq.prefill_target:
+                continue  # more prompt chunks (or recomputed outputs) to go
+            seq.num_generated += 1
+            if seq.num_generated == 1:
+                seq.first_token_s = now
+            if seq.num_generated >= seq.req.output_tokens:
+                self.finish(seq, now)
+                finished.append(seq)
+        return finished
+
+    def finish(self, seq: Sequence, now: float) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.status = Status.FINISHED
+        seq.finish_s = now

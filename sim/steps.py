@@ -1,0 +1,55 @@
+"""steps.csv: one row per executed step per node, written by simulations (`record_steps`) and by
+the engine (measured durations) alike, so the timeline and `kvsched validate` read both."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.scheduler import Step
+
+STEP_COLUMNS = [
+    "node",
+    "step",  # running index over the arm's steps (all nodes)
+    "start_s",
+    "duration_s",
+    "num_prefill",  # prefill chunks in the step
+    "prefill_tokens",  # new tokens those chunks compute
+    "prefill_ctx_sum",  # tokens already in KV before each chunk, summed
+    "num_decode",
+    "decode_ctx_sum",  # context length of each decode (tokens in KV incl. the new one), summed
+    "cached_tokens",  # prefix-cache tokens served to the requests this step admitted
+    "batch_size",
+    "preempted",  # running requests preempted while planning the step
+]
+
+
+def step_row(node: int, index: int, start_s: float, duration_s: float, step: Step) -> tuple:
+    """The step's row, from its items before `apply` advances them."""
+    num_prefill = prefill_tokens = prefill_ctx = num_decode = decode_ctx = 0
+    for seq, n, is_prefill in step.items:
+        if is_prefill:
+            num_prefill += 1
+            prefill_tokens += n
+            prefill_ctx += seq.num_computed
+        else:
+            num_decode += 1
+            decode_ctx += seq.num_computed + 1
+    cached = sum(s.num_computed for s in step.admitted if s.preemptions == 0)
+    return (
+        node,
+        index,
+        start_s,
+        duration_s,
+        num_prefill,
+        prefill_tokens,
+        prefill_ctx,
+        num_decode,
+        decode_ctx,
+        cached,
+        len(step.items),
+        step.num_preempted,
+    )
+
+
+def steps_frame(rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
