@@ -1,6 +1,7 @@
 """The `kvsched` command line: a thin layer over the packages.
 
-Every user error (config, trace, argument) exits with status 2 and one line naming the field.
+Every user error (config, trace, argument, unusable path) exits with status 2 and one line naming
+the field or path; SIGINT/SIGTERM/SIGHUP exit 128 + the signal (kvsched/boundary.py, docs/cli.md).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from kvsched.boundary import finite_float, run_guarded
 from sim.config import ConfigError, load_config_file
 
 SUMMARY_COLUMNS = [
@@ -109,7 +111,9 @@ def register(sub) -> None:
     run = sub.add_parser("run", help="simulate an experiment (default: the article's benchmark)")
     run.add_argument("--config", help="YAML or JSON experiment config")
     run.add_argument("--out", default="runs/seed", help="run directory (default runs/seed)")
-    run.add_argument("--duration", type=float, help="simulated seconds (overrides duration_s)")
+    run.add_argument(
+        "--duration", type=finite_float, help="simulated seconds (overrides duration_s)"
+    )
     run.add_argument("--seed", type=int, help="random seed (overrides seed)")
     run.add_argument(
         "--arms", help="comma-separated arms to run (default: the config's, else the built-ins)"
@@ -119,17 +123,28 @@ def register(sub) -> None:
     run.set_defaults(func=cmd_run)
 
 
+KERNEL_COMMANDS = {
+    "bench": ("bench_main", "Triton paged-attention micro-benchmark (GPU)"),
+    "calibrate": ("calibrate_main", "measure the latency model's tables (GPU)"),
+}
+
+
 def _register_kernels(sub) -> None:
-    """`kvsched bench` / `kvsched calibrate`: pass the rest of the line to the kernel tools."""
-    for name, func, text in [
-        ("bench", "bench_main", "Triton paged-attention micro-benchmark (GPU)"),
-        ("calibrate", "calibrate_main", "measure the latency model's tables (GPU)"),
-    ]:
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(
-            func=lambda args, f=func: getattr(importlib.import_module("kernels.cli"), f)(args.rest)
-        )
+    """`kvsched bench` / `kvsched calibrate` in the command list; main() hands their whole
+    argument list (--help included) to the kernel tools."""
+    for name, (_, text) in KERNEL_COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=False)
+
+
+def _run_kernel_tool(name: str, rest: list[str]) -> int:
+    try:
+        module = importlib.import_module("kernels.cli")
+    except ImportError as err:
+        raise ConfigError(
+            f"{name}: needs the kernels extra (torch, triton): pip install 'kvsched[kernels]' "
+            f"({err})"
+        ) from None
+    return getattr(module, KERNEL_COMMANDS[name][0])(rest)
 
 
 # Each entry is a module with `register(subparsers)`; a feature adds its subcommands there.
@@ -146,15 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in KERNEL_COMMANDS:
+        return run_guarded(lambda: _run_kernel_tool(argv[0], argv[1:]))
+    return run_guarded(lambda: _dispatch(argv))
+
+
+def _dispatch(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
 
 
 if __name__ == "__main__":

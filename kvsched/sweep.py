@@ -3,7 +3,8 @@
 The plan is checked in full before anything runs (sim/sweep_spec.py); results are journalled
 point by point (sim/sweep_store.py), so Ctrl-C or SIGTERM stops cleanly and the same command
 resumes. Exit status: 0 all points ok, 1 some failed (see the table's error column), 2 bad input,
-130/143 interrupted by SIGINT/SIGTERM.
+130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP. The directory follows kvsched/outdir.py's
+contract: marked `sweep`, locked while written, never made inside a directory kvsched did not make.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from kvsched.outdir import check_writable, make_dir, output_lock, remove_created
 from kvsched.sweep_backends import make_backend
 from kvsched.sweep_spec import Point, Sweep, load_sweep
 from kvsched.sweep_store import FAILED, TABLE_CSV, SweepStore
@@ -36,7 +38,7 @@ class SweepOutcome:
 
 
 class _StopOnSignal:
-    """SIGINT/SIGTERM set a flag the backends poll; a second SIGINT interrupts at once."""
+    """SIGINT/SIGTERM/SIGHUP set a flag the backends poll; a second SIGINT interrupts at once."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -44,7 +46,7 @@ class _StopOnSignal:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -75,7 +77,29 @@ def run_sweep(
     show_progress: bool = True,
     restart: bool = False,
 ) -> SweepOutcome:
-    store = SweepStore(out_dir, sweep)
+    out = Path(os.path.abspath(out_dir))
+    check_writable(out, "sweep")
+    created = make_dir(out.parent, "parent")
+    try:
+        with output_lock(out):
+            return _run_locked(
+                SweepStore(out, sweep), backend, workers, ray_address, show_progress, restart
+            )
+    except BaseException:
+        remove_created(created)
+        raise
+
+
+def _run_locked(
+    store: SweepStore,
+    backend: str,
+    workers: int | None,
+    ray_address: str | None,
+    show_progress: bool,
+    restart: bool,
+) -> SweepOutcome:
+    sweep = store.sweep
+    check_writable(store.dir, "sweep")  # again, now that no other kvsched writes it
     store.read(restart)
     tasks = [_task(p) for p in sweep.points if not store.is_done(p)]
     # The backend first: a Ray cluster that cannot be reached fails before --out is touched.
@@ -168,6 +192,7 @@ def add_backend_args(p) -> None:
         default="local",
         help="local: a process pool on this machine (default); ray: Ray tasks",
     )
+    p.add_argument("--ray", dest="backend", action="store_const", const="ray", help="--backend ray")
     p.add_argument(
         "--workers",
         type=int,
@@ -175,8 +200,8 @@ def add_backend_args(p) -> None:
     )
     p.add_argument(
         "--ray-address",
-        help="join an existing Ray cluster (auto, or ray://HOST:10001); "
-        "default: start a local instance",
+        help="join an existing Ray cluster (auto, HOST:6379 or ray://HOST:10001; "
+        "default: $RAY_ADDRESS if set, else start a local instance)",
     )
     p.add_argument("--restart", action="store_true", help="discard earlier results in --out")
     p.add_argument("--no-report", action="store_true", help="skip report.html")

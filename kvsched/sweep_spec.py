@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvsched.sweep_validate import ARM_AXIS, Resolver
 from sim.config import ConfigError, format_validation_error, load_config_file
+from sim.strict_input import number_error
 
 
 class SweepSpec(BaseModel):
@@ -41,6 +42,9 @@ class SweepSpec(BaseModel):
     sampling: Literal["grid", "random"] = "grid"
     budget: int | None = Field(default=None, gt=0)
     sampling_seed: int = 0
+
+
+MAX_GRID_POINTS = 100_000  # points in a sweep's grid (each is one simulation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +70,16 @@ class Sweep:
 
 def parse_sweep(data: dict, source_dir: Path = Path(".")) -> Sweep:
     """Validate a sweep mapping and plan its points; raises ConfigError naming the axis."""
+    found = number_error(SweepSpec, data)
+    if found:
+        raise ConfigError(found)
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None
     base = _load_base(spec.base, source_dir)
     _check_axes_shape(spec)
+    _check_grid_size(spec)
     resolver = Resolver(base, spec.arm, spec.axes)
     resolver.check_paths()
     resolver.check_values()
@@ -84,18 +92,13 @@ def parse_sweep(data: dict, source_dir: Path = Path(".")) -> Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"SWEEP: no such file {path}")
-    return parse_sweep(load_config_file(path), path.parent)
+    return parse_sweep(load_config_file(path, flag="SWEEP"), path.parent)
 
 
 def _load_base(base: dict, source_dir: Path) -> dict:
     if set(base) != {"path"}:
         return base  # inline config (ExperimentConfig has no `path` field, so no ambiguity)
-    ref = source_dir / str(base["path"])
-    if not ref.is_file():
-        raise ConfigError(f"base.path: no such file {ref}")
-    return load_config_file(ref)
+    return load_config_file(source_dir / str(base["path"]), flag="base.path")
 
 
 def _check_axes_shape(spec: SweepSpec) -> None:
@@ -123,6 +126,17 @@ def _check_axes_shape(spec: SweepSpec) -> None:
                 f"budget: the grid has {size} points, above budget {spec.budget}; "
                 "raise budget or use sampling: random"
             )
+
+
+def _check_grid_size(spec: SweepSpec) -> None:
+    size = math.prod(len(v) for v in spec.axes.values())
+    if size > MAX_GRID_POINTS:
+        raise ConfigError(
+            f"axes: the grid has {size:,} points, above the bound of {MAX_GRID_POINTS:,}; "
+            "sweep fewer values"
+        )
+    if spec.budget is not None and spec.budget > MAX_GRID_POINTS:
+        raise ConfigError(f"budget: {spec.budget:,} is above the bound of {MAX_GRID_POINTS:,}")
 
 
 def _sample(spec: SweepSpec, size: int) -> list[int]:

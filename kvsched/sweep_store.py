@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvsched.outdir import ensure_dir
 from kvsched.sweep_spec import Point, Sweep
 from kvsched.sweep_validate import ARM_AXIS
 from sim.config import ConfigError
@@ -42,15 +43,20 @@ class SweepStore:
         if restart or not journal.exists():
             return
         _cut_torn_tail(journal)
-        for line in journal.read_text().splitlines():
-            record = json.loads(line)
-            self.records[record["point_id"]] = record
+        for number, line in enumerate(journal.read_text().splitlines(), start=1):
+            try:
+                record = json.loads(line)
+                self.records[str(record["point_id"])] = record
+                record["status"]  # noqa: B018 (a record without a status is corrupt too)
+            except (ValueError, TypeError, KeyError):
+                raise ConfigError(
+                    f"{journal}:{number}: not a point record; delete the line to run that "
+                    "point again, or use --restart"
+                ) from None
 
     def open(self, restart: bool = False) -> None:
         """Create the directory and write the plan (after `read`: restarting drops the results)."""
-        if self.dir.exists() and not self.dir.is_dir():
-            raise ConfigError(f"--out: {self.dir} is a file, not a directory")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir, "sweep")
         if restart:
             for name in (JOURNAL, TABLE_CSV, TABLE_PARQUET):
                 (self.dir / name).unlink(missing_ok=True)

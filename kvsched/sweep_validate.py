@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from kvsched.experiment import BUILTIN_ARMS, resolve_arms
 from policies.registry import REGISTRY, make_policy
 from sim.config import ConfigError, ExperimentConfig, format_validation_error, parse_config
+from sim.strict_input import number_error
 from workloads.registry import WORKLOADS
 
 ARM_AXIS = "arm"  # the one axis that is not a config path: which arm's overrides the point runs
@@ -44,6 +45,9 @@ def validate(config: dict, source: str = "config") -> ExperimentConfig:
             f"workload.name: unknown workload {cfg.workload.name!r}; "
             f"allowed: {', '.join(sorted(WORKLOADS))}"
         )
+    found = number_error(params_model, cfg.workload.params)
+    if found:
+        raise ConfigError(f"workload.params.{found}")
     try:
         params_model.model_validate(cfg.workload.params)
     except ValidationError as err:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from kvsched.boundary import finite_float
+from kvsched.outdir import ensure_dir
 from kvsched.sweep import add_backend_args, check_backend_args, finish, run_sweep
 from kvsched.sweep_spec import parse_sweep
 from sim.config import ConfigError, load_config_file
@@ -117,14 +119,12 @@ def write_choice(out: Path, row: dict, objective: str, max_p99: float | None) ->
 def cmd_tune(args) -> int:
     _check_model(args.model)
     check_backend_args(args)
-    if args.base and not Path(args.base).is_file():
-        raise ConfigError(f"--base: no such file {args.base}")
-    base = load_config_file(args.base) if args.base else {}
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [1]
+    base = load_config_file(args.base, flag="--base") if args.base else {}
+    seeds = _parse_seeds(args.seeds) if args.seeds else [1]
     spec = tune_spec(args.model, base, args.workload, args.duration, seeds, args.budget)
     sweep = parse_sweep(spec)
     out = Path(args.out or f"runs/tune-{args.model}")
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "sweep")
     (out / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     outcome = run_sweep(
         sweep,
@@ -161,7 +161,7 @@ def register(sub) -> None:
     p.add_argument("--workload", help="workload name (replaces the base's workload and its params)")
     p.add_argument(
         "--duration",
-        type=float,
+        type=finite_float,
         help=f"simulated seconds per point (default: the base's, else {DEFAULT_DURATION_S:g})",
     )
     p.add_argument(
@@ -171,10 +171,22 @@ def register(sub) -> None:
         "--budget", type=int, help="random sample of this many points instead of the whole grid"
     )
     p.add_argument("--objective", choices=list(OBJECTIVES), default="throughput")
-    p.add_argument("--max-p99-ttft-ms", type=float, help="only configurations within this P99 TTFT")
+    p.add_argument(
+        "--max-p99-ttft-ms", type=finite_float, help="only configurations within this P99 TTFT"
+    )
     p.add_argument("--out", help="tune directory (default runs/tune-MODEL; re-run to resume)")
     add_backend_args(p)
     p.set_defaults(func=cmd_tune)
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds: {text!r} is not a comma-separated list of integers") from None
+    if not seeds:
+        raise ConfigError("--seeds: give at least one seed")
+    return seeds
 
 
 def _check_model(model: str) -> None:

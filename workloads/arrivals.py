@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.request import Request, Workload
+from sim.strict_input import MAX_CLIENTS
 
 _CHUNK = 1024  # gaps drawn per numpy call
 
@@ -24,7 +25,7 @@ class ArrivalFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     arrival: Literal["closed", "poisson", "gamma"] = "closed"
-    num_clients: int = Field(default=64, gt=0)  # closed loop only
+    num_clients: int = Field(default=64, gt=0, le=MAX_CLIENTS)  # closed loop only
     rate: float | None = Field(default=None, gt=0)  # req/s, open loop
     cv: float = Field(default=1.0, gt=0)  # gamma only: std/mean of the inter-arrival gaps
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from sim.config import ConfigError
@@ -18,9 +19,9 @@ def parse_capacities(text: str) -> list[float]:
         raise ConfigError(
             f"--capacities: {text!r} is not a comma-separated list of token counts (e.g. 1e6,1e7)"
         ) from None
-    if not values or any(v <= 0 for v in values):
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         raise ConfigError(
-            f"--capacities: {text!r}: give one or more positive token counts (e.g. 1e6,1e7)"
+            f"--capacities: {text!r}: give one or more positive finite token counts (e.g. 1e6,1e7)"
         )
     return values
 
@@ -28,6 +29,8 @@ def parse_capacities(text: str) -> list[float]:
 def _check_window(args) -> None:
     if args.chunk_tokens <= 0:
         raise ConfigError("--chunk-tokens: must be a positive number of tokens")
+    if not all(math.isfinite(x) for x in (args.start_s, args.end_s or 0.0)):
+        raise ConfigError("--start-s/--end-s: must be finite numbers of seconds")
     if args.start_s < 0:
         raise ConfigError("--start-s: must be >= 0 seconds")
     if args.end_s is not None and args.end_s <= args.start_s:

@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from sim.request import Request, Workload
+from sim.strict_input import MAX_CLIENTS
 from workloads.arrivals import ArrivalFields, make_stream
 from workloads.tokens import random_tokens
 
@@ -31,7 +32,7 @@ class MultiTurnParams(ArrivalFields):
     user_context_tokens: int = Field(default=2000, ge=0)  # C (its per-user history prompt)
     question_tokens: int = Field(default=32, gt=0)  # Q
     answer_tokens: int = Field(default=100, gt=0)  # A (the benchmark's answer length)
-    num_clients: int = Field(default=10, gt=0)
+    num_clients: int = Field(default=10, gt=0, le=MAX_CLIENTS)
 
 
 def multi_turn_requests(p: MultiTurnParams, rng: np.random.Generator) -> Iterator[Request]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.config import ConfigError, format_validation_error
 from sim.request import Workload
+from sim.strict_input import number_error
 from workloads.generators import (
     NoSharingParams,
     SharedPrefixGroupsParams,
@@ -38,6 +39,9 @@ def make_workload(name: str, params: dict, rng: np.random.Generator) -> Workload
             f"workload.name: unknown workload {name!r}; allowed: {', '.join(sorted(WORKLOADS))}"
         )
     params_model, factory = WORKLOADS[name]
+    found = number_error(params_model, params)
+    if found:
+        raise ConfigError(f"workload.params.{found}")
     try:
         parsed = params_model.model_validate(params)
     except ValidationError as err:

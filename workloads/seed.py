@@ -14,12 +14,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.request import Request, Workload
+from sim.strict_input import MAX_CLIENTS
 from workloads.tokens import random_tokens
 
 
 class SeedParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    num_clients: int = Field(default=100, gt=0)
+    num_clients: int = Field(default=100, gt=0, le=MAX_CLIENTS)
     input_min: int = Field(default=512, gt=0)
     input_max: int = Field(default=8192, gt=0)
     long_share: float = Field(default=0.10, ge=0, le=1)

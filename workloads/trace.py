@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.config import ConfigError
 from sim.request import Request, Workload
+from sim.strict_input import MAX_CLIENTS
 from workloads.tokens import keyed_tokens, random_tokens
 from workloads.trace_data import Trace
 from workloads.trace_loaders import load_trace
@@ -41,7 +42,7 @@ class TraceParams(BaseModel):
     max_requests: int | None = Field(default=None, gt=0)
     time_scale: float = Field(default=1.0, gt=0)
     rate: float | None = Field(default=None, gt=0)
-    num_clients: int | None = Field(default=None, gt=0)
+    num_clients: int | None = Field(default=None, gt=0, le=MAX_CLIENTS)
     # Azure only: the synthetic shared prefix (see AzurePrefix).
     shared_prefix_tokens: int = Field(default=0, ge=0)
     shared_prefix_share: float = Field(default=0.0, ge=0, le=1)
@@ -174,6 +175,13 @@ def make_trace(p: TraceParams, rng: np.random.Generator) -> Workload:
         "skipped_rows": full.num_skipped,
         "replay_span_s": float(arrivals[-1]) if arrivals is not None else None,
     }
+    labels = None
+    if trace.request_label is not None:
+        labels = dict(zip(trace.request_id.tolist(), trace.request_label.tolist(), strict=True))
     return Workload(
-        "trace", trace_requests(trace, arrivals, rng, prefix), num_clients=p.num_clients, info=info
+        "trace",
+        trace_requests(trace, arrivals, rng, prefix),
+        num_clients=p.num_clients,
+        info=info,
+        request_labels=labels,
     )

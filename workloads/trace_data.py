@@ -36,6 +36,9 @@ class Trace:
     tokens: np.ndarray  # int32 [total explicit tokens]
     num_skipped: int = 0  # bad rows skipped under skip_bad_rows
     skipped_errors: tuple[str, ...] = field(default=())  # the first few skip reasons
+    # The ids as the file wrote them (object [n] of str) when any was text; request_id then
+    # holds the row index. None: request_id holds the file's own integer ids.
+    request_label: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -76,6 +79,7 @@ class Trace:
             tokens=toks,
             num_skipped=self.num_skipped,
             skipped_errors=self.skipped_errors,
+            request_label=None if self.request_label is None else self.request_label[rows],
         )
 
 
@@ -100,7 +104,7 @@ class TraceBuilder:
         self.arrival_s: list[float] = []
         self.input_length: list[int] = []
         self.output_length: list[int] = []
-        self.request_id: list[int] = []
+        self.request_id: list[int | str] = []
         self.session_id: list[int] = []
         self.priority: list[int] = []
         self.block_counts: list[int] = []
@@ -117,7 +121,7 @@ class TraceBuilder:
         input_length: int,
         output_length: int,
         *,
-        request_id: int,
+        request_id: int | str,
         blocks: list[int] = (),
         tokens: list[int] = (),
         session_id: int = -1,
@@ -145,13 +149,18 @@ class TraceBuilder:
             np.cumsum(counts, out=out[1:])
             return out
 
+        labelled = any(isinstance(x, str) for x in self.request_id)
         trace = Trace(
             path=self.path,
             format=self.format,
             arrival_s=np.array(self.arrival_s, dtype=np.float64),
             input_length=np.array(self.input_length, dtype=np.int64),
             output_length=np.array(self.output_length, dtype=np.int64),
-            request_id=np.array(self.request_id, dtype=np.int64),
+            request_id=(
+                np.arange(len(self.request_id), dtype=np.int64)
+                if labelled
+                else np.array(self.request_id, dtype=np.int64)
+            ),
             session_id=np.array(self.session_id, dtype=np.int64),
             priority=np.array(self.priority, dtype=np.int64),
             block_size=self.block_size,
@@ -161,6 +170,9 @@ class TraceBuilder:
             tokens=np.array(self.tokens, dtype=np.int32),
             num_skipped=self.num_skipped,
             skipped_errors=tuple(self.skipped_errors),
+            request_label=np.array([str(x) for x in self.request_id], dtype=object)
+            if labelled
+            else None,
         )
         for column in (
             trace.arrival_s,

@@ -25,6 +25,10 @@ from workloads.trace_data import MOONCAKE_BLOCK_SIZE, Trace, TraceBuilder
 FORMATS = ("mooncake", "azure", "jsonl")
 BlockId = Annotated[int, Field(ge=0)]
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+# A trace's own request id: a non-negative int64, or text ("req-1"; kept as text in requests.csv).
+RequestId = (
+    Annotated[int, Field(ge=0, lt=2**63)] | Annotated[str, Field(min_length=1, max_length=256)]
+)
 
 
 class RowError(Exception):
@@ -34,7 +38,7 @@ class RowError(Exception):
 
 
 class MooncakeRow(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
     timestamp: float = Field(ge=0)  # ms since the trace start
     input_length: int = Field(gt=0)
     output_length: int = Field(gt=0)
@@ -49,8 +53,8 @@ class AzureRow(BaseModel):
 
 
 class JsonlRow(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-    request_id: int | None = Field(default=None, ge=0)
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    request_id: RequestId | None = None
     arrival_s: float = Field(ge=0)
     prompt_tokens: list[TokenId] | None = None
     block_ids: list[BlockId] | None = None
@@ -92,7 +96,7 @@ class ParsedRow:
     time_field: str  # the column named in an out-of-order error
     input_length: int
     output_length: int
-    request_id: int | None = None  # None: the row's index among the kept rows
+    request_id: int | str | None = None  # None: the row's index among the kept rows
     blocks: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     block_size: int = 0  # tokens per id in `blocks`
@@ -102,14 +106,14 @@ class ParsedRow:
 
 # -- readers yield (line number, raw row); parsers turn a raw row into a ParsedRow or raise ------
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open() as f:
+    with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is not part of row 1
         for number, line in enumerate(f, start=1):
             if line.strip():
                 yield number, line
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    with path.open(newline="") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:  # Excel writes a byte-order mark
         reader = csv.DictReader(f)
         missing = [c for c in AzureRow.model_fields if c not in (reader.fieldnames or [])]
         if missing:
@@ -213,7 +217,7 @@ class _Loader:
         self.b = TraceBuilder(str(path), fmt)
         self.origin = None if fmt == "azure" else 0.0  # Azure stamps are absolute: rebase to row 1
         self.last_t = 0.0
-        self.id_line: dict[int, int] = {}
+        self.id_line: dict[str, int] = {}  # an id as written -> its line
 
     def add(self, number: int, row: ParsedRow) -> None:
         t = float(row.arrival_s - (row.arrival_s if self.origin is None else self.origin))
@@ -224,13 +228,13 @@ class _Loader:
                 "rows must be in arrival order",
             )
         rid = len(self.b.arrival_s) if row.request_id is None else row.request_id
-        if rid in self.id_line:
-            raise RowError("request_id", f"{rid} already used at line {self.id_line[rid]}")
+        if str(rid) in self.id_line:
+            raise RowError("request_id", f"{rid!r} already used at line {self.id_line[str(rid)]}")
         if self.origin is None:
             self.origin = row.arrival_s
         if row.blocks:
             self.b.block_size = row.block_size
-        self.id_line[rid] = number
+        self.id_line[str(rid)] = number
         self.last_t = t
         self.b.add(
             t,
@@ -281,7 +285,7 @@ def detect_format(path: str | Path) -> str:
         return "azure"
     if not path.is_file():
         raise ConfigError(f"path: no such trace file {path}")
-    with path.open() as f:
+    with path.open(encoding="utf-8-sig", errors="replace") as f:  # binary: load_trace says so
         for line in f:
             if line.strip():
                 return "mooncake" if '"hash_ids"' in line else "jsonl"
