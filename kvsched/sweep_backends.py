@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -156,7 +157,7 @@ class LocalPool:
 
 # -- Ray ---------------------------------------------------------------------------------------
 class RayPool:
-    """Points as Ray tasks (1 CPU each). `address`: "auto" or ray://... joins an existing cluster
+    """Points as Ray tasks (1 CPU each). `address`: "auto", HOST:PORT or ray://... joins a cluster
     (the code is shipped with the job); None starts a local instance with `num_cpus` CPUs."""
 
     def __init__(self, address: str | None, num_cpus: int | None):
@@ -177,7 +178,7 @@ class RayPool:
                     f"--ray-address: cannot start or join {where}: "
                     f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
                 ) from None
-        self.remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+        self.remote = ray.remote(num_cpus=1, max_retries=0)(run_point_on_ray)
         self.in_flight: dict = {}  # object ref -> task
 
     def run(self, tasks: list[dict], should_stop: StopFn) -> Iterator[dict]:
@@ -203,6 +204,14 @@ class RayPool:
         self.in_flight = {}
         if self.owns_instance:
             self.ray.shutdown()
+
+
+def run_point_on_ray(task: dict) -> dict:
+    """run_point, plus the id of the Ray node (raylet) that ran it: the journal shows where
+    each point ran (the table does not, so it equals the local one)."""
+    import ray
+
+    return {**run_point(task), "ray_node_id": ray.get_runtime_context().get_node_id()}
 
 
 def _ray_init_kwargs(address: str | None, num_cpus: int | None) -> dict:
@@ -232,5 +241,7 @@ def make_backend(name: str, workers: int, ray_address: str | None):
     if name == "local":
         return LocalPool(workers)
     if name == "ray":
-        return RayPool(ray_address, None if ray_address else workers)
+        # RAY_ADDRESS (set by `ray start` users, as Ray's own tools read it) joins that cluster.
+        address = ray_address or os.environ.get("RAY_ADDRESS") or None
+        return RayPool(address, None if address else workers)
     raise ConfigError(f"--backend: unknown backend {name!r}; allowed: local, ray")
