@@ -41,6 +41,7 @@ class StepInputs:
     prefill_q_lens: list[int]  # host copies (the prefill kernel's work list is built from them)
     prefill_seq_lens: list[int]
     prefill_plan: object = None  # kernels.paged_prefill.PrefillPlan, set by the model
+    decode_num_splits: int | None = None  # fixed split count (CUDA graphs); None: per step
 
     @property
     def num_chunks(self) -> int:

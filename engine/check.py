@@ -112,6 +112,43 @@ def mixed(model, w, pages, rng, decode_ctx, chunk_specs) -> dict:
     return compare(logits, ref)
 
 
+def _median_s(fn, reps: int = 15) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def decode_graph_bench(shape, w, device, batches=(1, 16, 64, 256), ctx=2048) -> dict:
+    """Decode-only step wall time (host to sampled tokens), eager vs CUDA graph, and their logits."""
+    from engine.graphs import DecodeGraphs
+
+    num_pages = 4096
+    pool = KVPool(shape.num_layers, num_pages + 1, shape.num_kv_heads, PAGE, shape.head_dim, device)
+    pool.k.normal_(), pool.v.normal_()
+    model = PagedModel(shape, w, pool)
+    graphs = DecodeGraphs(model, max_model_len=40960, scratch_page=num_pages)
+    t = time.perf_counter()
+    graphs.capture(batches)
+    out = {"capture_s": round(time.perf_counter() - t, 2), "ctx": ctx}
+    rng = np.random.default_rng(1)
+    for b in batches:
+        works = [
+            SeqWork(rng.integers(0, shape.vocab_size, 1), ctx - 1,
+                    rng.integers(0, num_pages, ctx // PAGE).tolist(), False)
+            for _ in range(b)
+        ]  # fmt: skip
+        eager = model.forward(model.prepare(works))
+        graph = graphs.run(works).clone()
+        err = float((graph.float() - eager.float()).norm() / eager.float().norm())
+        t_eager = _median_s(lambda: greedy(model.forward(model.prepare(works))).tolist())  # noqa: B023
+        t_graph = _median_s(lambda: greedy(graphs.run(works)).tolist())  # noqa: B023
+        out[f"b{b}"] = {"eager_ms": t_eager * 1e3, "graph_ms": t_graph * 1e3, "rel_err": err}
+    return out
+
+
 def run(shape_name: str, device: str, seed: int = 0) -> dict:
     shape = SHAPES[shape_name]
     t0 = time.perf_counter()
@@ -160,6 +197,9 @@ def run(shape_name: str, device: str, seed: int = 0) -> dict:
         )
     finally:
         m.paged_prefill_attention = kernel
+    if device == "cuda":
+        del model, model_torch, pool
+        out["decode_graphs"] = decode_graph_bench(shape, w, device)
     out["total_s"] = round(time.perf_counter() - t0, 2)
     return out
 

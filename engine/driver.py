@@ -31,6 +31,8 @@ class Step(Protocol):
 class Scheduler(Protocol):
     def add(self, seq) -> None: ...
 
+    def has_work(self) -> bool: ...
+
     def schedule(self, now: float) -> Step: ...
 
     def apply(self, step: Step, now: float) -> list: ...  # the sequences that finished
@@ -59,6 +61,7 @@ class WallClockDriver:
         self.result = RunResult()
         self._t0 = 0.0
         self._on_done: Callable | None = None  # closed loop: a finished request frees its client
+        self._exhausted = False  # the workload has no more requests
 
     def now(self) -> float:
         return time.perf_counter() - self._t0
@@ -83,6 +86,7 @@ class WallClockDriver:
                 self._submit(nxt, nxt.arrival_s)
                 nxt = next(pending, None)
             if nxt is None or nxt.arrival_s >= self.duration_s:
+                self._exhausted = True
                 return None
             return nxt.arrival_s
 
@@ -102,6 +106,7 @@ class WallClockDriver:
                 req = next(pending, None)
                 if req is None:
                     ready.clear()
+                    self._exhausted = True
                     break
                 self._submit(req, ready.pop())
             return None
@@ -116,6 +121,8 @@ class WallClockDriver:
             if now >= self.duration_s:
                 break
             next_arrival = arrivals(now)
+            if self._exhausted and not self.scheduler.has_work():
+                break  # a finite workload is done before duration_s
             t = time.perf_counter()
             step = self.scheduler.schedule(self.now())
             sched_s = time.perf_counter() - t

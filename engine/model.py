@@ -82,6 +82,7 @@ class PagedModel:
                 out=out[:nd],
                 max_seq_len=step.decode_max_len,
                 total_tokens=step.decode_total,
+                num_splits=step.decode_num_splits,
                 check_bounds=False,
             )
         if step.num_tokens > nd:

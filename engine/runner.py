@@ -10,7 +10,8 @@ frees or matches pages: that is the scheduler's KV manager.
 Timing: `duration_s` is host wall time (perf_counter) from receiving the step to the sampled
 tokens being on the host, which needs a device sync anyway. That is the time the scheduler
 waits in a synchronous engine: the executor's CPU work, kernel launches, GPU time and the sync.
-`gpu_s` is CUDA-event time from just before the first launch to just after the sampling (GPU
+With CUDA graphs a decode-only step's input copies happen inside `graphs.run`, so its
+`prep_s` covers only token gathering. `gpu_s` is CUDA-event time from just before the first launch to just after the sampling (GPU
 work plus launch gaps while the GPU waited on the CPU); `prep_s` is the host time spent before
 the first launch (token gathering, metadata, host-to-device copies).
 """
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from engine.batch import SeqWork
+from engine.graphs import DecodeGraphs
 from engine.model import PagedModel, greedy
 
 STEP_COLUMNS = [
@@ -64,8 +66,9 @@ class StepRecord:
 
 
 class GpuExecutor:
-    def __init__(self, model: PagedModel):
+    def __init__(self, model: PagedModel, graphs: DecodeGraphs | None = None):
         self.model = model
+        self.graphs = graphs  # decode-only steps replay a CUDA graph when one fits
         self.vocab = model.shape.vocab_size
         self.generated: dict[int, list[int]] = {}  # request id -> sampled tokens, in order
         self._prefill_started: dict[int, int] = {}  # request id -> preemptions at its first chunk
@@ -93,12 +96,18 @@ class GpuExecutor:
             c = seq.num_computed
             works.append(SeqWork(self.tokens(seq, c, n), c, seq.pages, is_prefill))
             cached += self._cached_at_start(seq, c) if is_prefill else 0
-        step = self.model.prepare(works)
+        graphed = (
+            self.graphs is not None
+            and not any(w.is_prefill for w in works)
+            and self.graphs.size_for(len(works)) is not None
+        )
+        step = None if graphed else self.model.prepare(works)
         if self._cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
         t1 = time.perf_counter()
-        next_ids = greedy(self.model.forward(step))
+        logits = self.graphs.run(works) if graphed else self.model.forward(step)
+        next_ids = greedy(logits)
         if self._cuda:
             end.record()
         sampled = next_ids.tolist()  # the sync

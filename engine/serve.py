@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from engine.driver import WallClockDriver
+from engine.graphs import DecodeGraphs
 from engine.kv_pool import KVPool
 from engine.model import PagedModel
 from engine.rundir import write_run
@@ -60,13 +61,13 @@ def _sequence_factory(cfg, kv, headroom_tokens: int):
     return make
 
 
-def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path) -> dict:
+def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path, graphs=None) -> dict:
     assert cfg.cluster.num_nodes == 1 and cfg.cache.mechanism == "paged", "one paged node"
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     kv = paged_kv_from_config(cfg, latency, 0, make_policy)
     assert kv.cache.pool.num_pages <= model.pool.num_pages
     scheduler = Scheduler(cfg.node, kv)
-    executor = GpuExecutor(model)
+    executor = GpuExecutor(model, graphs)
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
     )
@@ -92,6 +93,7 @@ def main() -> None:
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--out-root", required=True)
     ap.add_argument("--warmup-steps", type=int, default=40)
+    ap.add_argument("--graphs", action="store_true", help="CUDA graphs for decode-only steps")
     args = ap.parse_args()
     raws = [load_config_file(p) for p in args.config]
     cfgs = [parse_config(r, source=p) for r, p in zip(raws, args.config, strict=True)]
@@ -103,17 +105,22 @@ def main() -> None:
     token_bytes = cfgs[0].model.kv_bytes_per_token
     num_pages = max(c.kv_capacity_bytes // (page * token_bytes) for c in cfgs)
     weights = random_weights(shape, cfgs[0].seed, device)
-    pool = KVPool(shape.num_layers, num_pages, shape.num_kv_heads, page, shape.head_dim, device)
+    # One page past sim's pool: the scratch page padded graph rows write to.
+    pool = KVPool(shape.num_layers, num_pages + 1, shape.num_kv_heads, page, shape.head_dim, device)
     model = PagedModel(shape, weights, pool)
     warm = warm_up(model, args.warmup_steps, seed=cfgs[0].seed)
+    graphs = None
+    if args.graphs:
+        graphs = DecodeGraphs(model, max(c.cache.max_model_len for c in cfgs), num_pages)
+        graphs.capture()
     print(
-        f"setup {time.perf_counter() - t0:.1f}s: {num_pages} pages "
+        f"graphs {args.graphs}, setup {time.perf_counter() - t0:.1f}s: {num_pages} pages "
         f"({pool.num_bytes / 2**30:.1f} GiB KV), warm-up {warm:.1f}s",
         flush=True,
     )
     for raw, cfg, path in zip(raws, cfgs, args.config, strict=True):
         out = Path(args.out_root) / Path(path).stem
-        summary = serve_one(cfg, raw, model, out)
+        summary = serve_one(cfg, raw, model, out, graphs)
         eng = summary["arms"]["engine"]
         print(
             f"{cfg.name}: {eng['completed']} done, {eng['num_steps']} steps, "
