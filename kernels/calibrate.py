@@ -562,9 +562,13 @@ def main(argv: list[str] | None = None) -> int:
         "kernel_config": cfg,
         "method": "CUDA graph replay timed with events, median, L2 flushed before each; "
         "per layer, per GPU shard",
+        "measured_parts": list(parts),
     }
     fid_path = args.fidelity_out or args.out.with_name(args.out.stem + "_fidelity.json")
     old = json.loads(args.out.read_text()) if args.out.is_file() else None
+    if old and set(parts) != set(ALL_PARTS):
+        # The parts not re-measured keep their earlier date.
+        meta["kept_parts_date"] = old.get("kept_parts_date", old.get("date"))
     old_fid = json.loads(fid_path.read_text()) if fid_path.is_file() else {}
     tables, fidelity = [], {}
     old_tables = {(t["model"], t["tp"]): t for t in (old or {}).get("tables", [])}
@@ -589,10 +593,12 @@ def main(argv: list[str] | None = None) -> int:
         # Write after every target: a run cut short keeps what it measured.
         args.out.parent.mkdir(parents=True, exist_ok=True)
         meta["graph_fallbacks"] = list(GRAPH_FALLBACKS)
-        args.out.write_text(json.dumps(merge_tables(old, tables, meta), indent=1) + "\n")
+        if parts:  # --parts "" only measures the fidelity compositions
+            args.out.write_text(json.dumps(merge_tables(old, tables, meta), indent=1) + "\n")
         if fidelity:
             runs = {**old_fid.get("runs", {}), **fidelity}
-            fid_path.write_text(json.dumps({**env, "runs": runs}, indent=1) + "\n")
+            fid_meta = {**env, "prefill": "kernels.paged_prefill", "kernel_config": cfg}
+            fid_path.write_text(json.dumps({**fid_meta, "runs": runs}, indent=1) + "\n")
     print(f"wrote {args.out}" + (f" and {fid_path}" if fidelity else ""))
     return 0
 
