@@ -11,8 +11,12 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
   python3 -m engine.check --shape llama-3-8b --json $OUT/check_llama3_8b.json 2>&1 | tee $OUT/check.log
 fi
-python3 -m engine.serve --out-root $OUT/runs ${CONFIGS:-\
+# Serve with decode CUDA graphs only if the check found graph logits equal to eager ones.
+GRAPHS=$(python3 -c "import json; d = json.load(open('$OUT/check_llama3_8b.json'))['decode_graphs']; \
+print('--graphs' if all(v['rel_err'] < 2e-2 for k, v in d.items() if k[0] == 'b') else '')" 2>/dev/null)
+echo "serve flags: ${GRAPHS:-eager}" | tee $OUT/serve.log
+python3 -m engine.serve $GRAPHS --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
   --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml} \
-  2>&1 | tee $OUT/serve.log
+  2>&1 | tee -a $OUT/serve.log
 tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
