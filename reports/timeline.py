@@ -69,37 +69,44 @@ def _metadata(tl: Timeline, num_lanes: list[int]) -> list[dict]:
     return out
 
 
+def _step_kind(s) -> str:
+    if s.num_prefill and s.num_decode:
+        return "prefill+decode"
+    return "prefill" if s.num_prefill else "decode"
+
+
+def _step_args(s) -> dict:
+    args = {
+        "step": int(s.step),
+        "batch_size": int(s.batch_size),
+        "prefill_chunks": int(s.num_prefill),
+        "prefill_tokens": int(s.prefill_tokens),
+        "decodes": int(s.num_decode),
+        "decode_ctx_sum": int(s.decode_ctx_sum),
+        "cached_tokens": int(s.cached_tokens),
+        "preempted": int(s.preempted),
+    }
+    if hasattr(s, "prefill_ctx_sum"):  # sim/steps.py writes it; older files may not
+        args["prefill_ctx_sum"] = int(s.prefill_ctx_sum)
+    return args
+
+
 def _steps(tl: Timeline) -> list[dict]:
-    out = []
-    for s in tl.steps.itertuples(index=False) if tl.steps is not None else ():
-        kind = (
-            "prefill+decode"
-            if s.num_prefill and s.num_decode
-            else ("prefill" if s.num_prefill else "decode")
-        )
-        end = s.start_s + s.duration_s
-        args = {
-            "step": int(s.step),
-            "batch_size": int(s.batch_size),
-            "prefill_chunks": int(s.num_prefill),
-            "prefill_tokens": int(s.prefill_tokens),
-            "decodes": int(s.num_decode),
-            "decode_ctx_sum": int(s.decode_ctx_sum),
-            "cached_tokens": int(s.cached_tokens),
-            "preempted": int(s.preempted),
-        }
-        pid = int(s.node) + 1
+    if tl.steps is None:
+        return []
+    out, last_end = [], {}
+    for s in tl.steps.sort_values(["node", "start_s"]).itertuples(index=False):
+        pid, end = int(s.node) + 1, min(s.start_s + s.duration_s, tl.end_s)
+        # steps.csv rounds start and duration apart (6 decimals): back-to-back steps may overlap
+        # by a microsecond, and the slices of one thread must not.
+        start = max(s.start_s, tl.start_s, last_end.get(pid, -math.inf))
+        last_end[pid] = max(end, start)
         out.append(
-            _slice(
-                kind, "step", pid, STEPS_TID, max(s.start_s, tl.start_s), min(end, tl.end_s), args
-            )
+            _slice(_step_kind(s), "step", pid, STEPS_TID, start, max(end, start), _step_args(s))
         )
         if s.preempted and tl.events is None and s.start_s >= tl.start_s:
-            out.append(
-                _instant(
-                    "preempt", "preempt", pid, EVENTS_TID, s.start_s, {"requests": int(s.preempted)}
-                )
-            )
+            args = {"requests": int(s.preempted)}
+            out.append(_instant("preempt", "preempt", pid, EVENTS_TID, s.start_s, args))
     return out
 
 
