@@ -58,6 +58,7 @@ def timed(
     requests: Iterator[Request], p: ArrivalFields, rng: np.random.Generator
 ) -> Iterator[Request]:
     """Stamp each request with its open-loop arrival time."""
+    assert p.rate is not None  # open loop: the validator requires rate
     t = 0.0
     gap = gaps(p.arrival, p.rate, p.cv, rng)
     for req in requests:

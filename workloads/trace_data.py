@@ -8,6 +8,7 @@ token lists (our generic JSONL) keep those tokens in one flat int32 array.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,8 +123,8 @@ class TraceBuilder:
         output_length: int,
         *,
         request_id: int | str,
-        blocks: list[int] = (),
-        tokens: list[int] = (),
+        blocks: Sequence[int] = (),
+        tokens: Sequence[int] = (),
         session_id: int = -1,
         priority: int = 0,
     ) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -79,7 +79,10 @@ def _check_hash_length(num_ids: int, input_length: int, block_size: int, field: 
         )
 
 
-def _validate(model: type[BaseModel], data) -> BaseModel:
+Row = TypeVar("Row", bound=BaseModel)
+
+
+def _validate(model: type[Row], data: str | dict) -> Row:
     try:
         return (
             model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
@@ -189,9 +192,11 @@ def _parse_jsonl(line: str, block_size: int) -> ParsedRow:
             )
         out.input_length, out.tokens = len(row.prompt_tokens), row.prompt_tokens
         return out
-    for name in ("block_size", "input_length"):
-        if getattr(row, name) is None:
-            raise RowError(name, "required with block_ids")
+    assert row.block_ids is not None  # exactly one of prompt_tokens / block_ids (checked above)
+    if row.block_size is None or row.input_length is None:
+        raise RowError(
+            "block_size" if row.block_size is None else "input_length", "required with block_ids"
+        )
     if block_size and row.block_size != block_size:
         raise RowError(
             "block_size",
@@ -203,11 +208,21 @@ def _parse_jsonl(line: str, block_size: int) -> ParsedRow:
     return out
 
 
-_READERS = {
+Reader = Callable[[Path], Iterator[tuple[int, Any]]]
+Parser = Callable[[Any, int], ParsedRow]  # (raw row from the reader, block size so far) -> row
+_READERS: dict[str, tuple[Reader, Parser]] = {
     "mooncake": (_jsonl_lines, _parse_mooncake),
     "azure": (_csv_rows, _parse_azure),
     "jsonl": (_jsonl_lines, _parse_jsonl),
 }
+
+
+def _elapsed_s(start: float | Decimal, end: float | Decimal) -> float:
+    """end - start on one file's clock: both Decimal (Azure) or both float."""
+    if isinstance(start, Decimal) or isinstance(end, Decimal):
+        assert isinstance(start, Decimal) and isinstance(end, Decimal)
+        return float(end - start)
+    return float(end - start)
 
 
 class _Loader:
@@ -215,12 +230,13 @@ class _Loader:
 
     def __init__(self, path: Path, fmt: str):
         self.b = TraceBuilder(str(path), fmt)
-        self.origin = None if fmt == "azure" else 0.0  # Azure stamps are absolute: rebase to row 1
+        # Azure stamps are absolute: rebase to row 1
+        self.origin: float | Decimal | None = None if fmt == "azure" else 0.0
         self.last_t = 0.0
         self.id_line: dict[str, int] = {}  # an id as written -> its line
 
     def add(self, number: int, row: ParsedRow) -> None:
-        t = float(row.arrival_s - (row.arrival_s if self.origin is None else self.origin))
+        t = _elapsed_s(row.arrival_s if self.origin is None else self.origin, row.arrival_s)
         if t < self.last_t:
             raise RowError(
                 row.time_field,
