@@ -1,0 +1,102 @@
+"""Signals and a second writer, against real processes: SIGINT, SIGTERM and SIGHUP end a run
+with 128 + the signal, leave no `.partial`, no lock and no half-made parents, and never touch an
+earlier run; a second writer on the same --out exits 2 at once."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from fuzz_harness import TINY, check_case, leftovers, make_user_files, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG = copy.deepcopy(TINY) | {"duration_s": 3000, "cluster": {"num_nodes": 2}}
+LONG["workload"]["params"]["num_clients"] = 32
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "kvsched.cli", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["new", "over-earlier-run"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name
+)
+def test_signal_ends_a_run_cleanly(tmp_path, sig, earlier):
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
+    out = tmp_path / "new-parent" / "out"
+    if earlier:
+        out.parent.mkdir()
+        ok = (tmp_path / "ok.yaml").write_text(yaml.safe_dump(TINY)) and "ok.yaml"
+        run = ["run", "--quiet", "--no-report", "--config", ok, "--out", str(out)]
+        assert check_case(run, tmp_path, allowed=(0,))[0] == 0
+        before = _digest(out / "summary.json")
+    user = make_user_files(tmp_path)
+    args = ["run", "--quiet", "--no-report", "--arms", "engine", "--config", "long.yaml"]
+    proc = _start([*args, "--out", str(out)], tmp_path)
+    _wait_for(out.with_name("out.partial") / ".kvsched-run", proc)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert b"Traceback" not in err and err.decode().strip() == f"interrupted by {sig.name}"
+    assert not leftovers(tmp_path)
+    if earlier:
+        assert _digest(out / "summary.json") == before  # the earlier run untouched
+    else:
+        assert not (tmp_path / "new-parent").exists()  # the parent it made is gone too
+    assert all((tmp_path / k).is_file() for k in user)
+
+
+def test_second_writer_exits_2_and_first_finishes_its_cleanup(tmp_path):
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(TINY))
+    args = ["run", "--quiet", "--no-report", "--arms", "engine", "--out", "out"]
+    first = _start([*args, "--config", "long.yaml"], tmp_path)
+    try:
+        _wait_for(tmp_path / "out.partial" / ".kvsched-run", first)
+        code, _, err = run_cli([*args, "--config", "ok.yaml"], tmp_path)  # the first's
+        assert code == 2 and err.count("\n") == 1  # .partial and lock are legitimately there
+        assert "being written by another kvsched" in err and f"pid {first.pid}" in err
+        assert (tmp_path / "out.partial").is_dir()  # the second writer touched nothing
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert first.returncode == 128 + signal.SIGTERM
+    assert not leftovers(tmp_path) and not (tmp_path / "out").exists()
+
+
+def test_sighup_stops_a_sweep_resumably(tmp_path):
+    base = copy.deepcopy(LONG) | {"duration_s": 600}
+    spec = {"name": "hup", "base": base, "arm": "engine", "axes": {"seed": [1, 2, 3, 4]}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    proc = _start(["sweep", "s.yaml", "--out", "sw", "--workers", "1", "--quiet"], tmp_path)
+    _wait_for(tmp_path / "sw" / "sweep.json", proc)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert b"Traceback" not in err and b"interrupted by SIGHUP" in out
+    assert not leftovers(tmp_path) and (tmp_path / "sw" / ".kvsched-run").is_file()
