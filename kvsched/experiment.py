@@ -42,6 +42,7 @@ from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, deep_merge, parse_config
 from sim.metrics import eviction_frame, request_frame, summarize
 from sim.rundir import arm_dir_name
+from sim.steps import events_frame, steps_frame
 from workloads.registry import make_workload
 
 _ROUND_ROBIN = {"routing": {"name": "round_robin", "params": {}}}
@@ -142,7 +143,7 @@ def run_arm(
 
     cluster.run(progress)
     bar.close()
-    requests = request_frame(cluster, arm)
+    requests = request_frame(cluster.sequences, arm)
     if workload.request_labels is not None:  # the trace's own ids, kept as text
         requests["request_id"] = requests["request_id"].map(workload.request_labels)
     series = cluster.recorder.series()
@@ -193,6 +194,13 @@ def _write_run(
         requests.to_csv(arm_dir / "requests.csv", index=False, float_format="%.6f")
         series.to_csv(arm_dir / "timeseries.csv", index=False, float_format="%.6f")
         eviction_frame(cluster, arm).to_csv(arm_dir / "evictions.csv", index=False)
+        if cluster.step_rows is not None:  # record_steps: the timeline's and validate's input
+            steps_frame(cluster.step_rows).to_csv(
+                arm_dir / "steps.csv", index=False, float_format="%.9f"
+            )
+            events_frame(cluster.event_rows).to_csv(
+                arm_dir / "events.csv", index=False, float_format="%.9f"
+            )
         summary["arms"][arm] = metrics
         summary.setdefault("latency_models", {})[arm] = cluster.latency.name
     models = sorted(set(summary["latency_models"].values()))

@@ -14,9 +14,7 @@ import simpy
 
 from sim.config import ConfigError, ExperimentConfig
 from sim.executor import ModelledExecutor
-from sim.kv.contiguous import ContiguousAllocator
-from sim.kv.hashing import page_keys
-from sim.kv.manager import ContiguousKV, paged_kv_from_config
+from sim.kv.manager import contiguous_kv_from_config, paged_kv_from_config
 from sim.kv.protocol import KVManager
 from sim.latency import make_latency_model
 from sim.metrics import Recorder
@@ -26,9 +24,13 @@ from sim.request import Request, Workload
 from sim.router import Router
 from sim.routing_table import RoutingTable
 from sim.scheduler import Scheduler, Step
-from sim.sequence import Sequence, Status
-from sim.steps import step_row
+from sim.sequence import Sequence, Status, new_sequence
+from sim.steps import preempt_events, step_row
 from sim.xnode.placement import PlacedKV, Placement, make_placement
+
+# A closed-loop client whose request was rejected waits this long before its next one (our
+# choice; retrying at once would spin on a full pool).
+REJECT_BACKOFF_S = 1.0
 
 
 class Cluster:
@@ -51,6 +53,7 @@ class Cluster:
         self.capacity_bytes = cfg.kv_capacity_bytes
         self.recorder = Recorder(cfg)
         self.step_rows: list[tuple] | None = [] if cfg.record_steps else None
+        self.event_rows: list[tuple] = []  # with record_steps: events.csv (sim/steps.py)
         kvs = self._make_kvs()
         self.nodes = [self._make_node(i, kv) for i, kv in enumerate(kvs)]
         self.router = Router(
@@ -64,6 +67,7 @@ class Cluster:
             self.token_bytes,
         )
         self._failures_in_a_row = 0  # closed loop: consecutive requests that can never fit
+        self._in_flight = 0  # dispatched, not yet finished or failed
         self.sequences: list[Sequence] = []
 
     # -- construction --------------------------------------------------------------------------
@@ -72,15 +76,7 @@ class Cluster:
         c, n = self.cfg.cache, self.cfg.cluster.num_nodes
         self.placement: Placement | None = None
         if c.mechanism == "contiguous":
-            return [
-                ContiguousKV(
-                    ContiguousAllocator(self.capacity_bytes, int(c.segment_bytes)),
-                    self.token_bytes,
-                    c.max_new_tokens,
-                    c.max_model_len,
-                )
-                for _ in range(n)
-            ]
+            return [contiguous_kv_from_config(self.cfg) for _ in range(n)]
         paged = [
             paged_kv_from_config(self.cfg, self.latency, i, self.make_policy) for i in range(n)
         ]
@@ -104,6 +100,10 @@ class Cluster:
             ModelledExecutor(self.latency, transfer),
             self._on_finish,
             self._record_step if self.step_rows is not None else None,
+            self._on_crash,
+            self.cfg.cache.restart_s,
+            # Cross-node placement reads and wakes peers from inside a step: step by step.
+            exact_steps=self.cfg.exact_steps or self.placement is not None,
         )
 
     def _wake(self, node_id: int) -> None:
@@ -112,6 +112,7 @@ class Cluster:
     def _record_step(self, node_id: int, start_s: float, duration_s: float, step: Step) -> None:
         assert self.step_rows is not None
         self.step_rows.append(step_row(node_id, len(self.step_rows), start_s, duration_s, step))
+        self.event_rows.extend(preempt_events(node_id, start_s, step))
 
     # -- running -------------------------------------------------------------------------------
     def run(self, progress=None) -> None:
@@ -128,9 +129,21 @@ class Cluster:
             self.env.run(until=t)
             if progress is not None:
                 progress(t)
+        self._drain()
         for seq in self.sequences:
             if seq.status in (Status.WAITING, Status.RUNNING):
                 seq.status = Status.UNFINISHED
+
+    def _drain(self) -> None:
+        """drain_s > 0: nothing new is sent after duration_s; run on, one simulated second at a
+        time, until no request is in flight or drain_s has passed."""
+        end = self.cfg.duration_s + self.cfg.drain_s
+        while self._in_flight and self.env.now < end:
+            self.env.run(until=min(end, self.env.now + 1.0))
+
+    def _sending(self) -> bool:
+        """Clients send new requests until duration_s only when a drain window follows."""
+        return self.cfg.drain_s == 0 or self.env.now < self.cfg.duration_s
 
     MAX_FAILURES_IN_A_ROW = 10_000
 
@@ -152,7 +165,7 @@ class Cluster:
             self.dispatch(req)
 
     def _client(self, client: int):
-        while True:
+        while self._sending():
             req = next(self.workload.requests, None)
             if req is None:
                 return
@@ -163,15 +176,15 @@ class Cluster:
             self._failures_in_a_row = 0
             seq.done = self.env.event()
             yield seq.done
+            if seq.status == Status.FAILED:  # rejected for memory (cache.on_oom reject)
+                yield self.env.timeout(REJECT_BACKOFF_S)
 
     def dispatch(self, req: Request) -> Sequence:
         """Route one request to a node (or fail it at once if it can never be served)."""
         now = self.env.now
-        keys = page_keys(req.prompt, self.page_size, self.cfg.cache.hash_bits)
-        seq = Sequence(
-            req=req, keys=keys, arrival_s=now if req.arrival_s is None else req.arrival_s
-        )
+        seq = new_sequence(req, self.page_size, self.cfg.cache.hash_bits, now)
         self.sequences.append(seq)
+        self._in_flight += 1
         if not self._can_ever_fit(seq):
             seq.status = Status.FAILED
             seq.finish_s = now
@@ -191,7 +204,25 @@ class Cluster:
         node = self.nodes[0]
         return node.kv.can_ever_fit(seq, node.headroom_tokens)
 
+    def _on_crash(self, node_id: int, lost: list[Sequence]) -> None:
+        """A node's serving process died with these requests: an open-loop request fails; a
+        closed-loop client sends its request again once the node is back (its TTFT and E2E keep
+        the original arrival, so they include the outage)."""
+        for seq in lost:
+            if seq.done is None:
+                seq.status = Status.FAILED
+                seq.finish_s = self.env.now
+                self._on_finish(seq)
+            else:
+                self.env.process(self._resend(seq, self.nodes[node_id].up_at - self.env.now))
+
+    def _resend(self, seq: Sequence, after_s: float):
+        yield self.env.timeout(max(0.0, after_s))
+        seq.reset_progress()
+        self.router.submit(seq, self._deliver)
+
     def _on_finish(self, seq: Sequence) -> None:
+        self._in_flight -= 1
         seq.drop_tokens()
         if seq.done is not None and not seq.done.triggered:
             seq.done.succeed()

@@ -7,13 +7,14 @@ Metric names follow the serving benchmarks people already use (vLLM's benchmark_
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from sim.kv.protocol import CacheCounters
-from sim.sequence import Status
+from sim.sequence import Sequence, Status
 from sim.views import node_load
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ REQUEST_COLUMNS = [
     "status",
     "routed_s",
     "use_after_free",
+    "scheduled_s",  # first admitted into a step (its first prefill chunk starts)
 ]
 SERIES_COLUMNS = [
     "time_s",
@@ -105,7 +107,8 @@ class Recorder:
         return pd.DataFrame(self.rows, columns=SERIES_COLUMNS)
 
 
-def request_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
+def request_frame(sequences: Iterable[Sequence], arm: str) -> pd.DataFrame:
+    """requests.csv: one row per request, simulated or served by the engine alike."""
     rows = [
         (
             s.req.request_id,
@@ -124,8 +127,9 @@ def request_frame(cluster: Cluster, arm: str) -> pd.DataFrame:
             s.status.value,
             s.routed_s,
             s.use_after_free,
+            s.scheduled_s,
         )
-        for s in cluster.sequences
+        for s in sequences
     ]
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
@@ -189,6 +193,8 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "peak_cached_kv_bytes": int(per_time.kv_cached_bytes.max()) if len(per_time) else 0,
         "kv_utilization": float(series.kv_live_bytes.sum() / allocated) if allocated else 0.0,
         "oom_events": sum(c.alloc_stalls for c in counters),
+        # cache.on_oom crash: times a node's serving process died and restarted (all nodes)
+        "crashes": int(sum(n.num_crashes for n in cluster.nodes)),
         "preemptions": int(sum(n.num_preemptions for n in cluster.nodes)),
         "false_hits": int(requests.false_hits.sum()),
         "wrong_reuse_tokens": int(requests.wrong_reuse_tokens.sum()),
@@ -201,6 +207,9 @@ def summarize(requests: pd.DataFrame, series: pd.DataFrame, cluster: Cluster) ->
         "step_overhead_source": cfg.gpu.step_overhead_source,
         **_routing_balance(requests, series, cluster),
     }
+    # Requests that waited at the head of a queue for a contiguous hole; `oom_events` is its old
+    # name, kept one release as an alias (neither counts failures: see `failed`, `crashes`).
+    out["alloc_stalls"] = out["oom_events"]
     if cluster.placement is not None:  # KV across nodes: network bytes, links
         out.update(cluster.placement.summary(duration))
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}

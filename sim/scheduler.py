@@ -21,7 +21,7 @@ import numpy as np
 
 from sim.config import NodeConfig
 from sim.kv.protocol import KVManager, headroom_tokens
-from sim.latency.base import StepPlan
+from sim.latency.base import StepPlan, StepShape
 from sim.policy_api import SchedulingPolicy
 from sim.sequence import Sequence, Status
 
@@ -34,8 +34,10 @@ class Step:
     """One planned step: what runs, and what planning it did to the queues."""
 
     items: list[BatchItem] = field(default_factory=list)
-    num_preempted: int = 0  # running requests preempted while planning it
+    preempted: list[Sequence] = field(default_factory=list)  # preempted while planning it
     admitted: list[Sequence] = field(default_factory=list)  # waiting requests it admitted
+    rejected: list[Sequence] = field(default_factory=list)  # cache.on_oom reject: failed at once
+    crashed: bool = False  # cache.on_oom crash: no hole at the limit, the process dies instead
 
     def plan(self) -> StepPlan:
         """The step's shape, as latency models price it."""
@@ -47,6 +49,19 @@ class Step:
             prefill_ctx=np.array(prefill_ctx, dtype=np.int64),
             decode_ctx=np.array(decode, dtype=np.int64),
         )
+
+    def shape(self) -> StepShape:
+        """`plan()` as plain ints (what the simulator prices every step; no arrays)."""
+        new, ctx = [], []
+        num_decode = decode_sum = 0
+        for seq, n, pre in self.items:
+            if pre:
+                new.append(n)
+                ctx.append(seq.num_computed)
+            else:
+                num_decode += 1
+                decode_sum += seq.num_computed + 1
+        return StepShape(new, ctx, num_decode, decode_sum)
 
 
 class _Newest:
@@ -88,13 +103,13 @@ class Scheduler:
             while not self.kv.grow(seq, n, now):
                 victim = self.policy.victim(self.running)
                 self.preempt(victim)
-                step.num_preempted += 1
+                step.preempted.append(victim)
                 if victim is seq:
                     break
             if seq.status is Status.RUNNING:
                 step.items.append((seq, n, remaining > 0))
                 budget -= n
-        if not step.num_preempted:
+        if not step.preempted:
             self._admit_waiting(step, budget, now)
         return step
 
@@ -102,6 +117,11 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
             if not self.kv.admit(seq, now):
+                action = self.kv.oom_action(seq)
+                if action == "reject":
+                    step.rejected.append(self._reject(now))
+                    continue
+                step.crashed = action == "crash"
                 break
             n = min(seq.prefill_target - seq.num_computed, budget)
             if not self.kv.grow(seq, n, now) or self.kv.free_tokens() < self.headroom_tokens:
@@ -114,7 +134,29 @@ class Scheduler:
             self.running.append(seq)
             step.items.append((seq, n, True))
             step.admitted.append(seq)
+            if seq.scheduled_s != seq.scheduled_s:  # NaN: first admission
+                seq.scheduled_s = now
             budget -= n
+
+    def _reject(self, now: float) -> Sequence:
+        """The waiting head found no room and cache.on_oom is reject: it fails at once."""
+        seq = self.waiting.popleft()
+        self.waiting_prompt_tokens -= seq.prompt_tokens
+        seq.status = Status.FAILED
+        seq.finish_s = now
+        return seq
+
+    def crash(self) -> list[Sequence]:
+        """The serving process died: every request it held is lost (returned, reset to be sent
+        again) and the KV pool comes back empty."""
+        lost = [*self.running, *self.waiting]
+        self.running.clear()
+        self.waiting.clear()
+        self.waiting_prompt_tokens = 0
+        self.kv.reset()
+        for seq in lost:
+            seq.reset_progress()
+        return lost
 
     def preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -148,6 +190,15 @@ class Scheduler:
                 self.finish(seq, now)
                 finished.append(seq)
         return finished
+
+    def finishes_any(self, step: Step) -> bool:
+        """Would `apply(step)` finish a request? (Its rule, without applying.)"""
+        for seq, n, was_prefill in step.items:
+            if was_prefill and seq.num_computed + n < seq.prefill_target:
+                continue
+            if seq.num_generated + 1 >= seq.req.output_tokens:
+                return True
+        return False
 
     def finish(self, seq: Sequence, now: float) -> None:
         self.running.remove(seq)

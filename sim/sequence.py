@@ -42,6 +42,7 @@ class Sequence:
     first_token_s: float = float("nan")
     finish_s: float = float("nan")
     routed_s: float = float("nan")
+    scheduled_s: float = float("nan")  # first admitted into a step
     preemptions: int = 0
     false_hits: int = 0
     wrong_reuse_tokens: int = 0
@@ -88,3 +89,9 @@ class Sequence:
         preemption, every output generated so far (as vLLM recomputes prompt + outputs and samples
         the next token in the step that completes them)."""
         return self.prompt_tokens + self.recomputed_outputs
+
+
+def new_sequence(req: Request, page_size: int, hash_bits: int, now: float) -> Sequence:
+    """A request enters the system at `now` (its own arrival time if it carries one)."""
+    keys = page_keys(req.prompt, page_size, hash_bits)
+    return Sequence(req=req, keys=keys, arrival_s=now if req.arrival_s is None else req.arrival_s)

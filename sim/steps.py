@@ -47,9 +47,25 @@ def step_row(node: int, index: int, start_s: float, duration_s: float, step: Ste
         decode_ctx,
         cached,
         len(step.items),
-        step.num_preempted,
+        len(step.preempted),
     )
 
 
 def steps_frame(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+EVENT_COLUMNS = ["time_s", "node", "kind", "request_id", "value"]
+
+
+def preempt_events(node: int, start_s: float, step: Step) -> list[tuple]:
+    """events.csv rows for the requests preempted while planning `step` (value: the tokens it
+    must recompute, prompt plus generated)."""
+    return [
+        (start_s, node, "preempt", s.req.request_id, s.prompt_tokens + s.num_generated)
+        for s in step.preempted
+    ]
+
+
+def events_frame(rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=EVENT_COLUMNS)

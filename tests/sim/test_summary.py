@@ -15,8 +15,8 @@ from sim.metrics import REQUEST_COLUMNS, SERIES_COLUMNS, summarize
 def fake_cluster(mechanism: str = "paged", warmup_s: float = 0.0):
     kv = SimpleNamespace(counters=CacheCounters)  # no cache, no stalls: every counter 0
     nodes = [
-        SimpleNamespace(kv=kv, num_preemptions=1, busy_s=5.0),
-        SimpleNamespace(kv=kv, num_preemptions=2, busy_s=15.0),
+        SimpleNamespace(kv=kv, num_preemptions=1, num_crashes=0, busy_s=5.0),
+        SimpleNamespace(kv=kv, num_preemptions=2, num_crashes=1, busy_s=15.0),
     ]
     cfg = SimpleNamespace(
         duration_s=10.0,
@@ -55,7 +55,9 @@ def requests() -> pd.DataFrame:
         (3, "a", 0, "", 5.0, np.nan, np.nan, 400, 0, 0, 0, 0, 0, "unfinished", 5.0, 0),
         (4, "a", -1, "", 6.0, np.nan, 6.0, 900, 0, 0, 0, 0, 0, "failed", 6.0, 0),
     ]
-    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    frame = pd.DataFrame(rows, columns=[c for c in REQUEST_COLUMNS if c != "scheduled_s"])
+    frame["scheduled_s"] = frame.arrival_s  # admitted at once (summarize does not read it)
+    return frame[REQUEST_COLUMNS]
 
 
 def series() -> pd.DataFrame:
@@ -128,6 +130,11 @@ def test_warmup_requests_are_served_but_not_counted():
     assert m["measured_s"] == pytest.approx(8.5)
     assert m["output_throughput"] == pytest.approx(1 / 8.5)
     assert m["mean_ttft_ms"] == pytest.approx(200)
+
+
+def test_crashes_and_alloc_stalls_with_the_old_name_as_alias():
+    m = summarize(requests(), series(), fake_cluster())
+    assert m["crashes"] == 1 and m["alloc_stalls"] == m["oom_events"] == 0
 
 
 def test_step_overhead_is_labelled_not_measured_by_default():
