@@ -8,11 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sim.config import ConfigError
+
 
 def cmd_report(args) -> int:
     from reports.html import write_report
 
-    write_report([Path(d) for d in args.run_dirs], Path(args.out))
+    window = None
+    if args.gantt_start is not None or args.gantt_end is not None:
+        if args.gantt_start is None or args.gantt_end is None or args.gantt_start >= args.gantt_end:
+            raise ConfigError("--gantt-start/--gantt-end: give both, start before end")
+        window = (args.gantt_start, args.gantt_end)
+    write_report([Path(d) for d in args.run_dirs], Path(args.out), window)
     print(f"report: {args.out}")
     return 0
 
@@ -51,6 +58,8 @@ def register(sub) -> None:
     rep = sub.add_parser("report", help="HTML report of one or more run directories")
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("--out", required=True, help="HTML file to write")
+    rep.add_argument("--gantt-start", type=float, help="Gantt view window start (simulated s)")
+    rep.add_argument("--gantt-end", type=float, help="Gantt view window end (default: 5 s mid-run)")
     rep.set_defaults(func=cmd_report)
 
     cmp = sub.add_parser(

@@ -2,6 +2,7 @@
 
 One file, readable offline: inline CSS, matplotlib plots as inline <svg>, no script, no external
 URL, no font. Sections: headline table, gain decomposition, latency, KV memory, queues and load,
+Gantt view of steps and requests (runs with steps.csv),
 prefix hits, study-specific sections (when the run has their metrics), provenance footer.
 Every string from a config or trace is escaped (an arm named "<script>" prints as text).
 """
@@ -12,9 +13,10 @@ import json
 from html import escape
 from pathlib import Path
 
-from reports import plots_cluster, plots_latency, studies, tables
+from reports import plots_cluster, plots_gantt, plots_latency, studies, tables
 from reports.catalog import number
 from reports.figures import style
+from reports.output import write_output
 from reports.rundata import Arm, Run, all_arms, load_runs
 
 CSS = """
@@ -138,10 +140,15 @@ def _step_overhead(summary: dict) -> str:
     return "; ".join(sorted(seen)) or "-"
 
 
-def render(runs: list[Run]) -> str:
+def render(runs: list[Run], gantt_window: tuple[float, float] | None = None) -> str:
+    """The page; `gantt_window` (start, end in simulated s) for the Gantt view (default: 5 s
+    from the middle of the run)."""
     arms = all_arms(runs)
     with style():
         sections = _body_sections(arms)
+        gantt = plots_gantt.gantt_section(runs, gantt_window)
+    if gantt:
+        sections.insert(next(i for i, s in enumerate(sections) if s[0] == "load") + 1, gantt)
     title = "kvsched report: " + ", ".join(r.label for r in runs)
     first = runs[0].summary
     lede = (
@@ -172,10 +179,9 @@ def _duration(arms: list[Arm]) -> str:
     return " / ".join(f"{v:g} s" for v in sorted(values)) or "unknown duration"
 
 
-def write_report(run_dirs: list[Path], out: Path) -> Path:
+def write_report(
+    run_dirs: list[Path], out: Path, gantt_window: tuple[float, float] | None = None
+) -> Path:
     """Read the run directories and write one HTML file; returns its path."""
-    text = render(load_runs(list(run_dirs)))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    return out
+    text = render(load_runs(list(run_dirs)), gantt_window)
+    return write_output(Path(out), text, "--out", signature="<title>kvsched report")

@@ -264,3 +264,20 @@ def test_blank_page_is_caught(tmp_path):
     """The check itself: an empty page fails it."""
     with pytest.raises(AssertionError, match="not white"):
         assert_not_blank(screenshot("<!doctype html><title>x</title>", tmp_path))
+
+
+def test_gantt_view_with_steps(tiny_run, report, tmp_path):
+    """A run with steps.csv gets the Gantt section: one figure per arm that recorded steps,
+    over the default window (5 s from mid-run) or the one asked for."""
+    from tests.reports.test_timeline import fake_steps
+
+    assert "gantt" not in report[1].ids  # the fixture run recorded no steps
+    run = one_arm_copy(tiny_run, tmp_path / "steps")
+    fake_steps(run, "engine")
+    text, page = parse(write_report([run], tmp_path / "r.html"))
+    assert "gantt" in page.ids and "fig-gantt-0" in page.figures
+    assert "2.5 to 7.5 s of simulated time" in page.figures["fig-gantt-0"]["caption"]
+    sections = [i for i in ("load", "gantt", "hits") if f'<section id="{i}"' in text]
+    assert sections == ["load", "gantt", "hits"]
+    _, page = parse(write_report([run], tmp_path / "w.html", gantt_window=(1.0, 2.0)))
+    assert "1 to 2 s of simulated time" in page.figures["fig-gantt-0"]["caption"]
