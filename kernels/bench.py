@@ -388,7 +388,17 @@ def main(argv: list[str] | None = None) -> int:
         help="launch 16x32K once per variant and exit (run under ncu to count DRAM bytes)",
     )
     ap.add_argument("--config", default="{}", help="JSON kwargs for the launcher")
+    ap.add_argument(
+        "--prefill",
+        action="store_true",
+        help="run the paged prefill + cascade decode bench instead (kernels.bench_prefill; "
+        "--out and --config are passed on)",
+    )
     args = ap.parse_args(argv)
+    if args.prefill:
+        from kernels.bench_prefill import main as prefill_main
+
+        return prefill_main(["--out", str(args.out), "--config", args.config])
 
     import torch
 

@@ -26,6 +26,17 @@ def test_seed_mix_is_the_articles_load():
     assert lens == seed_mix_lengths()  # seeded
 
 
+def test_cascade_mix_is_the_seed_mix_with_80_sharing():
+    from kernels.bench_prefill import SHARED_PREFIX, cascade_mix
+
+    lens, sizes, prefixes = cascade_mix()
+    assert len(lens) == 100 and sizes == [80] + [1] * 20 and prefixes == [2048] + [0] * 20
+    assert all(n > SHARED_PREFIX for n in lens[:80])
+    seed = seed_mix_lengths()
+    assert lens[80:] == [n for i, n in enumerate(seed) if i % 5 == 4]
+    assert lens[:80] == [max(n, 2049) for i, n in enumerate(seed) if i % 5 != 4]
+
+
 def test_kv_bytes_formula():
     # One 32K request at the article's shape, one layer: 2 x 8 x 128 x 32768 x 2 B.
     assert kv_bytes([32768], 8, 128) == 2 * 8 * 128 * 32768 * 2
