@@ -76,19 +76,18 @@ def _step_kind(s) -> str:
 
 
 def _step_args(s) -> dict:
-    args = {
-        "step": int(s.step),
-        "batch_size": int(s.batch_size),
-        "prefill_chunks": int(s.num_prefill),
-        "prefill_tokens": int(s.prefill_tokens),
-        "decodes": int(s.num_decode),
-        "decode_ctx_sum": int(s.decode_ctx_sum),
-        "cached_tokens": int(s.cached_tokens),
-        "preempted": int(s.preempted),
-    }
-    if hasattr(s, "prefill_ctx_sum"):  # sim/steps.py writes it; older files may not
-        args["prefill_ctx_sum"] = int(s.prefill_ctx_sum)
+    """Every column of the step's row but where and when (those are the slice): the counts of
+    sim/steps.py, and whatever else the writer added (the engine's measured times)."""
+    args = {}
+    for key, value in s._asdict().items():
+        if key in ("node", "start_s", "duration_s") or not pd_ok(value):
+            continue
+        args[key] = value if isinstance(value, str) else _number(value)
     return args
+
+
+def _number(value) -> int | float:
+    return int(value) if float(value).is_integer() else round(float(value), 9)
 
 
 def _steps(tl: Timeline) -> list[dict]:
@@ -161,9 +160,11 @@ def _request_args(r) -> dict:
 
 
 def _events(tl: Timeline) -> list[dict]:
-    """events.csv when recorded; else evictions from the evicted_pages counter between samples."""
+    """events.csv's instants (preemptions; evictions and crashes where the writer records them);
+    without evict rows, evictions from the evicted_pages counter between samples."""
+    out = []
     if tl.events is not None:
-        return [
+        out = [
             _instant(
                 e.kind,
                 e.kind,
@@ -174,23 +175,15 @@ def _events(tl: Timeline) -> list[dict]:
             )
             for e in tl.events.itertuples(index=False)
         ]
-    if "evicted_pages" not in tl.series.columns:
-        return []
-    out = []
+    recorded = set(tl.events.kind) if tl.events is not None else set()
+    if "evict" in recorded or "evicted_pages" not in tl.series.columns:
+        return out
     for node, s in tl.series.sort_values("time_s").groupby("node"):
         delta = s.evicted_pages.diff().fillna(0).to_numpy()
         for t, pages in zip(s.time_s.to_numpy(), delta, strict=True):
             if pages > 0:
-                out.append(
-                    _instant(
-                        "evict",
-                        "evict",
-                        int(node) + 1,
-                        EVENTS_TID,
-                        t,
-                        {"pages_since_last_sample": int(pages)},
-                    )
-                )
+                args = {"pages_since_last_sample": int(pages)}
+                out.append(_instant("evict", "evict", int(node) + 1, EVENTS_TID, t, args))
     return out
 
 

@@ -266,14 +266,11 @@ def test_blank_page_is_caught(tmp_path):
         assert_not_blank(screenshot("<!doctype html><title>x</title>", tmp_path))
 
 
-def test_gantt_view_with_steps(tiny_run, report, tmp_path):
+def test_gantt_view_with_steps(report, tmp_path):
     """A run with steps.csv gets the Gantt section: one figure per arm that recorded steps,
     over the default window (5 s from mid-run) or the one asked for."""
-    from tests.reports.test_timeline import fake_steps
-
     assert "gantt" not in report[1].ids  # the fixture run recorded no steps
-    run = one_arm_copy(tiny_run, tmp_path / "steps")
-    fake_steps(run, "engine")
+    run = make_run(tmp_path / "steps", record_steps=True, arms={"engine": {}})
     text, page = parse(write_report([run], tmp_path / "r.html"))
     assert "gantt" in page.ids and "fig-gantt-0" in page.figures
     assert "2.5 to 7.5 s of simulated time" in page.figures["fig-gantt-0"]["caption"]

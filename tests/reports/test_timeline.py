@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from kvsched.cli import main
 from reports.timeline import build_trace, write_timeline
 from reports.timeline_data import STEP_COLUMNS, assign_lanes, load_timeline
 from sim.rundir import arm_dir_name
+from tests.reports.conftest import make_run
 
 METADATA = {"process_name", "process_sort_index", "thread_name", "thread_sort_index"}
 
@@ -147,12 +147,12 @@ def test_hand_run_exact_events(hand_run):
     by_key = {(e["ph"], e["name"], e["pid"], e.get("ts")): e for e in trace["traceEvents"]}
     assert by_key[("X", "prefill+decode", 1, 100000.0)]["args"] == {
         "step": 1,
-        "batch_size": 2,
-        "prefill_chunks": 1,
+        "num_prefill": 1,
         "prefill_tokens": 40,
-        "decodes": 1,
+        "num_decode": 1,
         "decode_ctx_sum": 101,
         "cached_tokens": 32,
+        "batch_size": 2,
         "preempted": 0,
     }
     assert by_key[("X", "request 2", 2, 50000.0)]["args"] == {
@@ -186,9 +186,8 @@ def test_hand_run_exact_events(hand_run):
 
 def test_events_and_transfers_files_replace_the_proxies(hand_run):
     d = hand_run / arm_dir_name("engine")
-    _csv(
-        d / "events.csv", "time_s,node,kind,request_id,value\n0.3,1,crash,-1,0\n0.2,0,preempt,1,40"
-    )
+    events = "time_s,node,kind,request_id,value\n0.3,1,crash,-1,0\n0.2,0,preempt,1,40"
+    _csv(d / "events.csv", events + "\n0.4,1,evict,-1,3")
     _csv(
         d / "transfers.csv",
         "start_s,end_s,src_node,dst_node,request_id,bytes,kind\n0.1,0.12,1,0,2,65536,read",
@@ -198,7 +197,10 @@ def test_events_and_transfers_files_replace_the_proxies(hand_run):
     body = _body(trace)
     assert ("i", "crash", 2, 1, 300000.0, None) in body
     assert ("i", "preempt", 1, 1, 200000.0, None) in body
-    assert not [e for e in body if e[1] == "evict" or (e[1] == "preempt" and e[2] == 2)]
+    assert [e for e in body if e[1] in ("evict", "preempt")] == [
+        ("i", "preempt", 1, 1, 200000.0, None),  # not the steps.csv count of node 1
+        ("i", "evict", 2, 1, 400000.0, None),  # not the counter's 7 pages at 0.5 s
+    ]
     assert ("X", "read -> node 0", 2, 2, 100000.0, 20000.0) in body
 
 
@@ -226,56 +228,26 @@ def test_lanes_never_overlap_and_stay_few():
     assert max(lanes) + 1 == peak
 
 
-def fake_steps(run: Path, arm: str, step_s: float = 0.02) -> None:
-    """steps.csv for a real run until the simulator writes it: back-to-back steps per node."""
-    d = run / arm_dir_name(arm)
-    duration = json.loads((run / "summary.json").read_text())["arms"][arm]["duration_s"]
-    nodes = int(pd.read_csv(d / "timeseries.csv").node.max()) + 1
-    starts = np.arange(0, duration, step_s)
-    frames = []
-    for node in range(nodes):
-        n = starts.size
-        frames.append(
-            pd.DataFrame(
-                dict(
-                    node=node,
-                    step=np.arange(n),
-                    start_s=starts,
-                    duration_s=step_s,
-                    num_prefill=np.arange(n) % 3 == 0,
-                    prefill_tokens=(np.arange(n) % 3 == 0) * 512,
-                    num_decode=8,
-                    decode_ctx_sum=8 * 600,
-                    cached_tokens=0,
-                    batch_size=8 + (np.arange(n) % 3 == 0),
-                    preempted=np.arange(n) % 50 == 49,
-                )
-            ).astype(int, errors="ignore")
-        )
-    pd.concat(frames).astype(
-        {c: int for c in STEP_COLUMNS if c not in ("start_s", "duration_s")}
-    ).to_csv(d / "steps.csv", index=False)
+@pytest.fixture(scope="module")
+def steps_run(tmp_path_factory) -> Path:
+    """The tiny report run, engine arm only, with record_steps: steps.csv and events.csv."""
+    return make_run(
+        tmp_path_factory.mktemp("steps") / "tiny", record_steps=True, arms={"engine": {}}
+    )
 
 
-def test_real_run_every_event_valid(tiny_run, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(tiny_run, run)
-    fake_steps(run, "engine")
-    path, tl, count = write_timeline(run, tmp_path / "t.json", arm="engine")
+def test_real_run_every_event_valid(steps_run, tmp_path):
+    path, tl, count = write_timeline(steps_run, tmp_path / "t.json")
     trace = json.loads(path.read_text())
     check_trace_format(trace)
-    kinds = {e["name"] for e in trace["traceEvents"]}
-    assert {
-        "prefill+decode",
-        "decode",
-        "route",
-        "KV memory (GB)",
-        "queue (requests)",
-        "preempt",
-    } <= kinds
+    names = [e["name"] for e in trace["traceEvents"]]
+    assert {"prefill", "decode", "route", "KV memory (GB)", "queue (requests)"} <= set(names)
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "step"]
+    assert len(steps) == len(pd.read_csv(steps_run / "engine" / "steps.csv"))
     routed = tl.requests[tl.requests.node >= 0]
-    assert sum(e["name"] == "route" for e in trace["traceEvents"]) == len(routed)
-    assert sum(e["name"].startswith("request ") for e in trace["traceEvents"]) == len(routed)
+    assert names.count("route") == len(routed) == sum(n.startswith("request ") for n in names)
+    assert {"queued", "prefill"} <= set(names)  # scheduled_s splits queued from prefill
+    assert count == len(trace["traceEvents"])
 
 
 def test_cli_writes_and_refuses(hand_run, tmp_path, capsys):
