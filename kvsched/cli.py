@@ -96,6 +96,8 @@ def cmd_run(args) -> int:
         raw["duration_s"] = args.duration
     if args.seed is not None:
         raw["seed"] = args.seed
+    if args.record_steps:
+        raw["record_steps"] = True  # <arm>/steps.csv and events.csv: kvsched timeline's input
     arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     summary = run_experiment(
         raw, args.out, arms, show_progress=not args.quiet, write_report=not args.no_report
@@ -119,6 +121,9 @@ def register(sub) -> None:
         "--arms", help="comma-separated arms to run (default: the config's, else the built-ins)"
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
+    run.add_argument(
+        "--record-steps", action="store_true", help="write <arm>/steps.csv (kvsched timeline)"
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
 

@@ -13,7 +13,7 @@ from kvsched.cli import main
 from reports.timeline import build_trace, write_timeline
 from reports.timeline_data import STEP_COLUMNS, assign_lanes, load_timeline
 from sim.rundir import arm_dir_name
-from tests.reports.conftest import make_run
+from tests.reports.conftest import make_run, tiny_config
 
 METADATA = {"process_name", "process_sort_index", "thread_name", "thread_sort_index"}
 
@@ -260,3 +260,14 @@ def test_cli_writes_and_refuses(hand_run, tmp_path, capsys):
     assert main(["timeline", str(hand_run), "--arm", "nope"]) == 2
     assert "no arm 'nope'" in capsys.readouterr().err
     assert main(["timeline", str(hand_run), "--start", "2", "--end", "1"]) == 2
+
+
+def test_run_record_steps_flag_then_timeline(tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_config(duration_s=2)))
+    run = tmp_path / "run"
+    argv = ["run", "--config", str(config), "--arms", "engine", "--out", str(run)]
+    assert main([*argv, "--no-report", "--quiet", "--record-steps"]) == 0
+    assert len(pd.read_csv(run / "engine" / "steps.csv")) > 0
+    assert main(["timeline", str(run), "--out", str(tmp_path / "t.json")]) == 0
+    check_trace_format(json.loads((tmp_path / "t.json").read_text()))
