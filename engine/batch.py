@@ -49,8 +49,11 @@ class StepInputs:
 
 
 def _tables(works: list[SeqWork]) -> np.ndarray:
+    """[len(works), width] int32. The width (the kernels' row stride) is padded to a multiple of
+    16: Triton compiles a new variant for a stride that is 1 or not a multiple of 16, and such
+    compiles cost 1-2 s in the middle of a run."""
     width = max((len(w.pages) for w in works), default=0)
-    table = np.zeros((len(works), max(width, 1)), dtype=np.int32)  # pad: page 0, never read
+    table = np.zeros((len(works), -(-max(width, 1) // 16) * 16), dtype=np.int32)  # pad: page 0
     for i, w in enumerate(works):
         table[i, : len(w.pages)] = w.pages
     return table

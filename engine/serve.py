@@ -92,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--out-root", required=True)
-    ap.add_argument("--warmup-steps", type=int, default=40)
+    ap.add_argument("--warmup-steps", type=int, default=20)
     ap.add_argument("--graphs", action="store_true", help="CUDA graphs for decode-only steps")
     args = ap.parse_args()
     raws = [load_config_file(p) for p in args.config]

@@ -1,7 +1,11 @@
 """Warm-up before a timed run: compile every Triton specialisation and let cuBLAS pick kernels.
 
-Random mixed steps (decode batches 1-256 over contexts 1-32K, prefill chunks with and without
-context) on random page ids. Whatever they write is garbage, but the engine never reads a slot
+Triton compiles a kernel again for each new combination of constexprs (the prefill tile height
+follows the longest chunk, the combine pass's width the split count) and of integer arguments
+that are 1 or a multiple of 16. A first run with only random warm-up steps hit 1-2 s compile
+stalls mid-run (engine/runs/README.md), so the warm-up walks a grid that reaches each variant
+(chunks of 1-8192 tokens over contexts 0-20K, single decodes whose context gives 1-20 splits,
+batches of 1-255), then random mixed steps, all on random page ids. Whatever they write is garbage, but the engine never reads a slot
 before writing it in the same run (sim's cache hands out a page before anything is written).
 """
 
@@ -41,12 +45,27 @@ def random_step(rng: np.random.Generator, model: PagedModel) -> list[SeqWork]:
     return works or [_work(rng, *args, 0, 1, True, vocab)]
 
 
-def warm_up(model: PagedModel, num_steps: int, seed: int = 0) -> float:
-    """Run num_steps random steps; returns the seconds it took."""
+CHUNKS = (1, 3, 6, 12, 16, 17, 100, 128, 1000, 4096, 8192)
+CONTEXTS = (0, 15, 16, 1000, 5000, 20000)
+DECODE_CONTEXTS = (0, 31, 32, 600, 1500, 3000, 6000, 10000, 33000)
+
+
+def grid_steps(rng: np.random.Generator, model: PagedModel) -> list[list[SeqWork]]:
+    pool, vocab = model.pool, model.shape.vocab_size
+    args = (pool.num_pages, pool.page_size)
+    steps = [[_work(rng, *args, c, n, True, vocab)] for n in CHUNKS for c in CONTEXTS]
+    steps += [[_work(rng, *args, c, 1, False, vocab)] for c in DECODE_CONTEXTS]
+    steps += [[_work(rng, *args, 500, 1, False, vocab)] * b for b in (3, 16, 64, 255)]
+    return steps
+
+
+def warm_up(model: PagedModel, num_random: int, seed: int = 0) -> float:
+    """Run the grid, then num_random random steps; returns the seconds it took."""
     t0 = time.perf_counter()
     rng = np.random.default_rng([seed, 7])
-    for _ in range(num_steps):
-        model.forward(model.prepare(random_step(rng, model))).argmax(-1).tolist()
+    steps = grid_steps(rng, model) + [random_step(rng, model) for _ in range(num_random)]
+    for works in steps:
+        model.forward(model.prepare(works)).argmax(-1).tolist()
     if model.pool.k.device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0

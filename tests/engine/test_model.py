@@ -101,3 +101,19 @@ def test_weights_are_the_same_under_tensor_parallel_slicing():
     assert torch.equal(full.layers[1].wqkv[:q0], r0.layers[1].wqkv[:q0])
     assert torch.equal(full.layers[1].w_down[:, TINY.intermediate_size // 2 :], r1.layers[1].w_down)
     assert torch.equal(torch.cat([r0.lm_head, r1.lm_head]), full.lm_head)
+
+
+def test_decode_graph_inputs_match_the_eager_step(model, weights):
+    """DecodeGraphs' static buffers (padded batch, scratch page, fixed splits) give the eager
+    step's logits; on CPU nothing is captured, the same static inputs run eagerly."""
+    from engine.graphs import DecodeGraphs
+
+    prompts = [tokens(10 + i, n) for i, n in enumerate((20, 33, 5))]
+    tables = [[0, 1], [2, 3, 4], [5]]
+    for p, t in zip(prompts, tables, strict=True):
+        run_prompt(model, p[:-1], t, [len(p) - 1])
+    works = [SeqWork(p[-1:], len(p) - 1, t, False) for p, t in zip(prompts, tables, strict=True)]
+    graphs = DecodeGraphs(model, max_model_len=128, scratch_page=23)
+    padded = graphs.run(works)  # 3 rows padded to 4
+    for row, p in zip(padded, prompts, strict=True):
+        assert_close(row, reference_logits(TINY, weights, torch.tensor(p))[-1])
