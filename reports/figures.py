@@ -45,7 +45,7 @@ PALETTE = [
     "#56B4E9",
     "#F0E442",
     "#000000",
-    *matplotlib.colormaps["tab10"].colors,
+    *matplotlib.color_sequences["tab10"],  # the same RGB tuples as the tab10 colormap
 ]
 MAX_SERIES_POINTS = 240  # points per time-series line: enough for a 1000-px-wide plot
 MAX_PANEL_POINTS = 120  # points per line in a small-multiple panel (about 250 px wide)

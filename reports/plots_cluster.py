@@ -51,7 +51,7 @@ def _layer(frame: pd.DataFrame, spec) -> np.ndarray | None:
 
 def kv_memory_figure(arm: Arm, key: str) -> str | None:
     """One panel per node: stacked KV bytes, fragmentation, allocator pool and the physical limit."""
-    s = arm.series
+    s = arm.series_rows
     if not _has(s, "kv_allocated_bytes"):
         return None
     nodes = sorted(s.node.unique())
@@ -131,7 +131,7 @@ def queue_figure(arms: list[Arm]) -> str | None:
     ]:
         for i, arm in usable:
             if _has(arm.series, col):
-                total = arm.series.groupby("time_s", as_index=False)[col].sum()
+                total = arm.series_rows.groupby("time_s", as_index=False)[col].sum()
                 d = downsample_mean(total, [col])
                 ax.plot(d.time_s, d[col], color=color(i), lw=1.2, label=mpl_label(arm.label))
         ax.set(
@@ -152,7 +152,9 @@ NICE_WINDOWS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 
 def _window_s(arms: list[Arm]) -> float:
     """A round window giving about 40 points over the run (fewer for very long runs)."""
-    end = max(float(a.requests.finish_s.max()) for a in arms if a.requests.finish_s.notna().any())
+    end = max(
+        float(a.request_rows.finish_s.max()) for a in arms if a.request_rows.finish_s.notna().any()
+    )
     return next((w for w in NICE_WINDOWS_S if w >= end / 40), NICE_WINDOWS_S[-1])
 
 
@@ -160,7 +162,7 @@ def hit_rate_figure(arms: list[Arm]) -> str | None:
     usable = [
         (i, a)
         for i, a in enumerate(arms)
-        if _has(a.requests, "cached_tokens") and a.requests.finish_s.notna().any()
+        if _has(a.requests, "cached_tokens") and a.request_rows.finish_s.notna().any()
     ]
     if not usable:
         return None
@@ -168,7 +170,7 @@ def hit_rate_figure(arms: list[Arm]) -> str | None:
     fig, axes = new_figure(width=7.5, height=3.2)
     ax = axes[0, 0]
     for i, arm in usable:
-        r = arm.requests[arm.requests.status != "failed"].dropna(subset=["finish_s"])
+        r = arm.request_rows[arm.request_rows.status != "failed"].dropna(subset=["finish_s"])
         b = (r.finish_s // window).astype(int)
         g = r.assign(_b=b).groupby("_b")[["cached_tokens", "prompt_tokens"]].sum()
         rate = 100 * g.cached_tokens / g.prompt_tokens.where(g.prompt_tokens > 0)
@@ -205,7 +207,7 @@ def node_load_figure(arms: list[Arm]) -> str | None:
         nrows, ncols, width=3.3 * ncols + 1.4, height=2.3 * nrows + 0.6, sharex=True, sharey=True
     )
     for ax, arm in zip(axes.flat, usable, strict=False):
-        for node, f in arm.series.groupby("node"):
+        for node, f in arm.series_rows.groupby("node"):
             d = downsample_mean(f, ["load"], MAX_PANEL_POINTS)
             ax.plot(d.time_s, d.load * 100, lw=0.9, color=color(int(node)), label=f"node {node}")
         ax.set_title(mpl_label(arm.label), fontsize=8)
@@ -226,16 +228,18 @@ def requests_per_node_figure(arms: list[Arm]) -> str | None:
     usable = [
         (i, a)
         for i, a in enumerate(arms)
-        if _has(a.requests, "node") and a.requests.node.notna().any()
+        if _has(a.requests, "node") and a.request_rows.node.notna().any()
     ]
-    nodes = sorted({int(n) for _, a in usable for n in a.requests.node.dropna().unique()})
+    nodes = sorted({int(n) for _, a in usable for n in a.request_rows.node.dropna().unique()})
     if len(nodes) < 2:
         return None
     fig, axes = new_figure(width=7.5, height=3.2)
     ax = axes[0, 0]
     width = 0.8 / len(usable)
     for k, (i, arm) in enumerate(usable):
-        counts = arm.requests.node.dropna().astype(int).value_counts().reindex(nodes, fill_value=0)
+        counts = (
+            arm.request_rows.node.dropna().astype(int).value_counts().reindex(nodes, fill_value=0)
+        )
         imbalance = counts.max() / counts.mean() if counts.mean() else float("nan")
         ax.bar(
             np.arange(len(nodes)) + (k - (len(usable) - 1) / 2) * width,

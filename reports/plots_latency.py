@@ -40,13 +40,11 @@ def cdf_figure(arms: list[Arm], kind: str) -> str:
     ax = axes[0, 0]
     positive = True
     for i, arm in enumerate(arms):
-        values = latency_ms(arm.requests, kind)
+        values = latency_ms(arm.request_rows, kind)
         x, y = cdf_points(values)
         if x.size:
             positive &= bool(x[0] > 0)
-            label = (
-                f"{arm.label} ({values.size:,} finished, {len(arm.requests) - values.size:,} not)"
-            )
+            label = f"{arm.label} ({values.size:,} finished, {len(arm.request_rows) - values.size:,} not)"
             ax.step(x, y, where="post", color=color(i), lw=1.4, label=mpl_label(label))
             ax.plot(
                 x[-1], y[-1], "o", color=color(i), ms=3
@@ -76,7 +74,7 @@ def ttft_scatter_figure(arms: list[Arm]) -> str:
     fig, axes = new_figure(width=7.5, height=3.6)
     ax = axes[0, 0]
     for i, arm in enumerate(arms):
-        done = finished(arm.requests)
+        done = finished(arm.request_rows)
         ttft = ((done.first_token_s - done.arrival_s) * 1e3).to_numpy(dtype=float)
         keep = scatter_keep(ttft)
         ax.scatter(

@@ -32,6 +32,18 @@ class Arm:
         None  # optional evictions.csv: evicted pages by prefix position
     )
 
+    @property
+    def request_rows(self) -> pd.DataFrame:
+        """requests.csv of an arm loaded with frames (every report section needs them)."""
+        assert self.requests is not None, f"{self.label}: run loaded without frames"
+        return self.requests
+
+    @property
+    def series_rows(self) -> pd.DataFrame:
+        """timeseries.csv of an arm loaded with frames."""
+        assert self.series is not None, f"{self.label}: run loaded without frames"
+        return self.series
+
 
 @dataclass(slots=True)
 class Run:
@@ -121,7 +133,7 @@ def load_runs(paths: list[str | Path], frames: bool = True) -> list[Run]:
     """Several runs in one report: arm labels get the run's name when more than one run is shown."""
     if len(paths) == 1:
         return [load_run(paths[0], frames)]
-    runs = []
+    runs: list[Run] = []
     for i, p in enumerate(paths):
         run = load_run(p, frames)
         taken = {r.label for r in runs}

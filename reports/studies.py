@@ -137,7 +137,7 @@ def _cumulative(arms: list[Arm], cols: list[str], title: str, fig_key: str) -> s
     fig, axes = new_figure(1, len(cols), width=min(11, max(6.0, 3.6 * len(cols) + 1.5)), height=3.0)
     for ax, col in zip(axes[0], cols, strict=True):
         for i, a in enumerate(arms):
-            r = a.requests
+            r = a.request_rows
             if col in r.columns:
                 r = r.dropna(subset=["finish_s"]).sort_values("finish_s")
                 ax.step(

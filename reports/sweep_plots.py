@@ -8,6 +8,7 @@ value is printed, not parsed; matplotlib escapes every string it writes into the
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -16,7 +17,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-_RC = {"svg.hashsalt": "kvsched-sweep", "text.parse_math": False, "font.size": 9}
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+_RC: dict[RcKeyType, Any] = {
+    "svg.hashsalt": "kvsched-sweep",
+    "text.parse_math": False,
+    "font.size": 9,
+}
 
 
 def _svg(fig) -> str:

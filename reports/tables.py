@@ -74,11 +74,11 @@ def _signed_points(d: float) -> str:
 
 def tag_table(arms: list[Arm]) -> str:
     """Per request class (the workload's tag): count, hit rate and TTFT percentiles."""
-    if not all("tag" in a.requests.columns for a in arms):
+    if not all("tag" in a.request_rows.columns for a in arms):
         return ""
     rows = []
     for arm in arms:
-        r = arm.requests
+        r = arm.request_rows
         for tag, g in r.groupby(r.tag.fillna("-").astype(str), sort=True):
             done = finished(g)
             ttft = ((done.first_token_s - done.arrival_s) * 1e3).to_numpy(dtype=float)

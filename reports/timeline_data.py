@@ -102,9 +102,8 @@ def load_timeline(
     transfers = _optional(d / "transfers.csv", TRANSFER_COLUMNS)
     if math.isinf(hi):  # no duration in summary.json: the last thing that happened
         hi = float(max(requests.finish_s.max(), series.time_s.max()))
-    ends = steps.start_s + steps.duration_s if steps is not None else None
     nodes = [requests.node.max(), series.node.max()] + (
-        [steps.node.max()] if ends is not None else []
+        [steps.node.max()] if steps is not None else []
     )
     return Timeline(
         run=str(summary.get("name") or run_dir.name),
@@ -116,7 +115,9 @@ def load_timeline(
         series=series[(series.time_s >= lo) & (series.time_s <= hi)].reset_index(drop=True),
         steps=None
         if steps is None
-        else steps[(steps.start_s <= hi) & (ends >= lo)].reset_index(drop=True),
+        else steps[(steps.start_s <= hi) & (steps.start_s + steps.duration_s >= lo)].reset_index(
+            drop=True
+        ),
         events=None
         if events is None
         else events[(events.time_s >= lo) & (events.time_s <= hi)].reset_index(drop=True),
