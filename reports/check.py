@@ -152,7 +152,9 @@ def config_changes(old: dict, new: dict, limit: int = 8) -> list[str]:
 
 def build_baseline(run: Run, previous: dict) -> dict:
     """A baseline from a run; tolerances already in `previous` (hand-tuned) are kept."""
-    old_arms = previous.get("arms") if isinstance(previous.get("arms"), dict) else {}
+    old_arms = previous.get("arms")
+    if not isinstance(old_arms, dict):
+        old_arms = {}
     arms = {}
     for name, arm in run.arms.items():
         old_tol = (old_arms.get(name) or {}).get("tolerances") or {}

@@ -46,7 +46,8 @@ def pair_arms(a: tuple[Run, str | None], b: tuple[Run, str | None]) -> list[tupl
     (run_a, arm_a), (run_b, arm_b) = a, b
     if arm_a and arm_b:
         return [(run_a.arms[arm_a], run_b.arms[arm_b])]
-    names = [arm_a or arm_b] if (arm_a or arm_b) else [n for n in run_a.arms if n in run_b.arms]
+    named = arm_a or arm_b
+    names = [named] if named else [n for n in run_a.arms if n in run_b.arms]
     missing = [n for n in names if n not in run_a.arms or n not in run_b.arms]
     if missing or not names:
         raise ConfigError(
