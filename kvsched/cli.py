@@ -49,7 +49,7 @@ def summary_table(summary: dict) -> str:
     rows = [
         [arm, *(_fmt(k, m.get(k), f) for k, _, f in SUMMARY_COLUMNS)] for arm, m in arms.items()
     ]
-    first = next(iter(arms.values()), {})
+    first: dict = next(iter(arms.values()), {})
     if len(arms) > 1 and first.get("output_throughput"):
         head.append("x thrpt")
         for row, m in zip(rows, arms.values(), strict=True):

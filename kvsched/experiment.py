@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from kvsched.outdir import (
@@ -125,7 +126,7 @@ def _check_names(cfg: ExperimentConfig, source: str) -> None:
 
 def run_arm(
     cfg: ExperimentConfig, arm: str, show_progress: bool = True
-) -> tuple[Cluster, dict, object, object]:
+) -> tuple[Cluster, dict, pd.DataFrame, pd.DataFrame]:
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
     )

@@ -131,6 +131,7 @@ class LocalPool:
 
     def _collect(self, w: _Worker) -> dict:
         task, w.task = w.task, None
+        assert task is not None  # only a busy worker is collected
         try:
             return w.conn.recv()
         except (EOFError, OSError):

@@ -13,6 +13,7 @@ The choice: among configurations (mean over seeds) within --max-p99-ttft-ms, the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -57,7 +58,7 @@ def tune_spec(
         if (policies.get(kind) or {}).get("name") != spec["name"]:
             policies[kind] = dict(spec)  # a base already on the template's policy keeps its params
     base["policies"] = policies
-    spec = {
+    spec: dict[str, Any] = {
         "name": f"tune-{model}",
         "base": base,
         "arm": "engine",
