@@ -22,7 +22,9 @@ SUMMARY_COLUMNS = [
     ("p99_tpot_ms", "P99 TPOT ms", "{:.1f}"),
     ("prefix_hit_rate", "hit rate", "{:.1%}"),
     ("peak_kv_bytes", "peak KV GB", "{:.0f}"),
-    ("oom_events", "OOM", "{}"),
+    ("alloc_stalls", "stalls", "{}"),
+    ("crashes", "crashes", "{}"),
+    ("failed", "failed", "{}"),
     ("preemptions", "preempt", "{}"),
     ("completed", "done", "{}"),
     ("unfinished", "unfinished", "{}"),
@@ -98,6 +100,8 @@ def cmd_run(args) -> int:
         raw["seed"] = args.seed
     if args.record_steps:
         raw["record_steps"] = True  # <arm>/steps.csv and events.csv: kvsched timeline's input
+    if args.exact_steps:
+        raw["exact_steps"] = True
     arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     summary = run_experiment(
         raw, args.out, arms, show_progress=not args.quiet, write_report=not args.no_report
@@ -125,6 +129,11 @@ def register(sub) -> None:
         "--record-steps", action="store_true", help="write <arm>/steps.csv (kvsched timeline)"
     )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument(
+        "--exact-steps",
+        action="store_true",
+        help="the reference driver: one simulation event per node step (same results, slower)",
+    )
     run.set_defaults(func=cmd_run)
 
 
@@ -153,7 +162,14 @@ def _run_kernel_tool(name: str, rest: list[str]) -> int:
 
 
 # Each entry is a module with `register(subparsers)`; a feature adds its subcommands there.
-COMMAND_MODULES = ["kvsched.cli", "reports.cli", "kvsched.sweep", "kvsched.tune", "workloads.cli"]
+COMMAND_MODULES = [
+    "kvsched.cli",
+    "reports.cli",
+    "kvsched.sweep",
+    "kvsched.tune",
+    "workloads.cli",
+    "kvsched.validate",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

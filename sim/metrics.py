@@ -39,6 +39,7 @@ REQUEST_COLUMNS = [
     "routed_s",
     "use_after_free",
     "scheduled_s",  # first admitted into a step (its first prefill chunk starts)
+    "queued_step",  # index of the first step its node planned with it queued (exact replays)
 ]
 SERIES_COLUMNS = [
     "time_s",
@@ -128,6 +129,7 @@ def request_frame(sequences: Iterable[Sequence], arm: str) -> pd.DataFrame:
             s.routed_s,
             s.use_after_free,
             s.scheduled_s,
+            s.queued_step,
         )
         for s in sequences
     ]

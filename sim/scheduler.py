@@ -79,10 +79,12 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.num_planned = 0  # steps planned with work in them (a replay's clock: queued_step)
         self.waiting_prompt_tokens = 0  # prompt tokens of the queued requests (the router reads it)
         self.headroom_tokens = headroom_tokens(cfg.admission_watermark, kv.capacity_tokens())
 
     def add(self, seq: Sequence) -> None:
+        seq.queued_step = self.num_planned  # the first step planned with it in the queue
         self._enqueue(seq, front=False)
 
     def has_work(self) -> bool:
@@ -111,6 +113,8 @@ class Scheduler:
                 budget -= n
         if not step.preempted:
             self._admit_waiting(step, budget, now)
+        if step.items:
+            self.num_planned += 1
         return step
 
     def _admit_waiting(self, step: Step, budget: int, now: float) -> None:

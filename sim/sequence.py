@@ -43,6 +43,7 @@ class Sequence:
     finish_s: float = float("nan")
     routed_s: float = float("nan")
     scheduled_s: float = float("nan")  # first admitted into a step
+    queued_step: int = -1  # its node's count of planned steps when it joined the queue
     preemptions: int = 0
     false_hits: int = 0
     wrong_reuse_tokens: int = 0

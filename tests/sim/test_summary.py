@@ -55,8 +55,9 @@ def requests() -> pd.DataFrame:
         (3, "a", 0, "", 5.0, np.nan, np.nan, 400, 0, 0, 0, 0, 0, "unfinished", 5.0, 0),
         (4, "a", -1, "", 6.0, np.nan, 6.0, 900, 0, 0, 0, 0, 0, "failed", 6.0, 0),
     ]
-    frame = pd.DataFrame(rows, columns=[c for c in REQUEST_COLUMNS if c != "scheduled_s"])
-    frame["scheduled_s"] = frame.arrival_s  # admitted at once (summarize does not read it)
+    new = ("scheduled_s", "queued_step")  # summarize does not read them
+    frame = pd.DataFrame(rows, columns=[c for c in REQUEST_COLUMNS if c not in new])
+    frame["scheduled_s"], frame["queued_step"] = frame.arrival_s, 0
     return frame[REQUEST_COLUMNS]
 
 

@@ -1,0 +1,280 @@
+"""`kvsched validate RUN_DIR`: how well the simulator predicts a measured engine run.
+
+An engine run (engine/: the same scheduler and KV cache, executed on a GPU) wrote the
+simulator's run-directory schema plus measured steps. Three comparisons, each one question:
+
+  replay     Drive the pure scheduler again, step by step, with the engine's own arrivals and
+             step times (no latency model). Same cache code, same decisions: the cached tokens of
+             every request and the composition of every step must be identical. Any mismatch is
+             a bug, not a modelling error.
+  step time  Price every measured step's exact batch composition with the latency model: the
+             cleanest test of the step price (no queueing feedback).
+  serving    Simulate the same requests (the engine's arrival times for open loop; the same
+             clients for closed loop) on the simulator and compare per-request TTFT, TPOT and
+             E2E (absolute relative error, median and p90) and throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from policies import make_policy
+from reports.validation import latency_table
+from sim.cluster import Cluster
+from sim.config import ConfigError, ExperimentConfig, parse_config
+from sim.kv.manager import paged_kv_from_config
+from sim.latency import LatencyModel, make_latency_model
+from sim.metrics import request_frame
+from sim.request import Request, Workload
+from sim.scheduler import Scheduler
+from sim.sequence import Sequence, new_sequence
+from sim.steps import step_plan
+from workloads.registry import make_workload
+
+ARM = "engine"
+SCHEMA = "kvsched-validation/1"
+REPORT_TITLE = "<title>kvsched validation"
+
+
+@dataclass
+class EngineRun:
+    cfg: ExperimentConfig
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+
+
+def load_engine_run(run_dir: Path) -> EngineRun:
+    arm = run_dir / ARM
+    for name in ("config.json", "requests.csv", "steps.csv"):
+        if not (arm / name).is_file():
+            raise ConfigError(f"{run_dir}: not an engine run (no {ARM}/{name})")
+    cfg = parse_config(json.loads((arm / "config.json").read_text()), source=str(arm))
+    return EngineRun(cfg, pd.read_csv(arm / "requests.csv"), pd.read_csv(arm / "steps.csv"))
+
+
+def workload_requests(cfg: ExperimentConfig) -> tuple[list[Request], int | None]:
+    """The run's requests as the config generates them (same seed: same ids and tokens)."""
+    workload = make_workload(
+        cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
+    )
+    requests = []
+    for req in workload.requests:
+        if req.arrival_s is not None and req.arrival_s >= cfg.duration_s:
+            break
+        requests.append(req)
+        if workload.num_clients is not None and len(requests) >= 100_000:
+            break  # closed loop: more than any run of bounded duration can send
+    return requests, workload.num_clients
+
+
+# -- replay: same decisions, exactly --------------------------------------------------------------
+def replay(run: EngineRun, requests: list[Request]) -> dict:
+    """Re-drive sim's scheduler with the engine's queue and step times; count disagreements.
+
+    Each request joins the queue before the step the engine first planned with it queued
+    (requests.csv `queued_step`), so every scheduling decision sees the engine's queue."""
+    cfg = run.cfg
+    latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+    scheduler = Scheduler(cfg.node, paged_kv_from_config(cfg, latency, 0, make_policy))
+    by_id = {r.request_id: r for r in requests}
+    queued = run.requests[run.requests.queued_step >= 0].sort_values(
+        ["queued_step", "routed_s", "request_id"], kind="stable"
+    )
+    joins = list(zip(queued.queued_step, queued.request_id, queued.arrival_s, strict=True))
+    seqs: dict[int, Sequence] = {}
+    composition_mismatch, cursor, last_end = 0, 0, 0.0
+    for k, row in enumerate(run.steps.itertuples(index=False)):
+        while cursor < len(joins) and joins[cursor][0] <= k:
+            _, request_id, arrival_s = joins[cursor]
+            req = by_id[int(request_id)]
+            seq = new_sequence(req, cfg.cache.page_size, cfg.cache.hash_bits, float(arrival_s))
+            seqs[req.request_id] = seq
+            scheduler.add(seq)
+            cursor += 1
+        if not scheduler.running:  # the node was idle: retired pages came back meanwhile
+            scheduler.kv.idle_reclaim(last_end)
+        step = scheduler.schedule(float(row.start_s))
+        composition_mismatch += _composition(step) != _row_composition(row)
+        last_end = float(row.start_s) + float(row.duration_s)
+        scheduler.apply(step, last_end)
+    engine_cached = dict(
+        zip(run.requests.request_id.astype(int), run.requests.cached_tokens, strict=True)
+    )
+    mismatched = sum(
+        seqs[i].cached_tokens != c
+        for i, c in engine_cached.items()
+        if i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s  # admitted in the replay
+    )
+    return {
+        "cached_tokens_mismatch": int(mismatched),
+        "step_composition_mismatch": int(composition_mismatch),
+        "replayed_steps": len(run.steps),
+    }
+
+
+def _composition(step) -> tuple[int, int, int]:
+    prefill = [n for _, n, pre in step.items if pre]
+    return len(prefill), sum(prefill), len(step.items) - len(prefill)
+
+
+def _row_composition(row) -> tuple[int, int, int]:
+    return int(row.num_prefill), int(row.prefill_tokens), int(row.num_decode)
+
+
+# -- the step price ----------------------------------------------------------------------------
+def step_errors(run: EngineRun, latency: LatencyModel) -> pd.DataFrame:
+    """Predicted vs measured duration of every measured step."""
+    overhead = float(getattr(run.cfg.gpu, "step_overhead_s", 0.0))
+    rows = run.steps.to_dict("records")
+    predicted = np.array([latency.step_time_s(step_plan(r)) + overhead for r in rows])
+    measured = run.steps.duration_s.to_numpy(dtype=np.float64)
+    return pd.DataFrame({"measured_s": measured, "predicted_s": predicted})
+
+
+# -- serving: the simulator on the same requests -----------------------------------------------
+def simulate(run: EngineRun, requests: list[Request], num_clients: int | None) -> pd.DataFrame:
+    """requests.csv of a simulation of the same requests on the same config."""
+    cfg = run.cfg
+    if num_clients is None:  # open loop: each request at the time it reached the engine
+        arrival = dict(
+            zip(run.requests.request_id.astype(int), run.requests.arrival_s, strict=True)
+        )
+        timed = [_at(r, arrival[r.request_id]) for r in requests if r.request_id in arrival]
+        timed.sort(key=lambda r: (r.arrival_s, r.request_id))
+        workload = Workload("engine-replay", iter(timed))
+    else:
+        fresh = [_at(r, None) for r in requests]  # the run drops finished prompts: copies
+        workload = Workload("engine-replay", iter(fresh), num_clients=num_clients)
+    cluster = Cluster(cfg, workload, np.random.default_rng([cfg.seed, 1]), make_policy)
+    cluster.run()
+    return request_frame(cluster.sequences, "sim")
+
+
+def _at(req: Request, arrival_s: float | None) -> Request:
+    """A copy of `req` arriving at `arrival_s` (a finished run drops its copy's prompt)."""
+    return Request(
+        request_id=req.request_id,
+        prompt=req.prompt,
+        output_tokens=req.output_tokens,
+        arrival_s=None if arrival_s is None else float(arrival_s),
+        session_id=req.session_id,
+        priority=req.priority,
+        tag=req.tag,
+        output=req.output,
+    )
+
+
+def _abs_rel(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    keep = np.isfinite(predicted) & np.isfinite(measured) & (measured > 0)
+    return np.abs(predicted[keep] - measured[keep]) / measured[keep]
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+def serving_errors(measured: pd.DataFrame, simulated: pd.DataFrame, duration_s: float) -> dict:
+    m, s = latency_table(measured), latency_table(simulated)
+    both = m.merge(s, left_index=True, right_index=True, suffixes=("_measured", "_sim"))
+    out: dict = {"requests_compared": len(both)}
+    for metric in ("ttft", "tpot", "e2e"):
+        err = _abs_rel(both[f"{metric}_s_sim"].to_numpy(), both[f"{metric}_s_measured"].to_numpy())
+        out[f"{metric}_median_abs_err"] = _pct(err, 50)
+        out[f"{metric}_p90_abs_err"] = _pct(err, 90)
+    tput = [_output_throughput(f, duration_s) for f in (measured, simulated)]
+    out["throughput_measured"], out["throughput_sim"] = tput
+    out["throughput_abs_err"] = abs(tput[1] - tput[0]) / tput[0] if tput[0] else None
+    return out
+
+
+def _output_throughput(requests: pd.DataFrame, duration_s: float) -> float:
+    done = requests[requests.status == "finished"]
+    return float(done.output_tokens.sum()) / duration_s
+
+
+def validate(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """The fidelity numbers and the tables the validation report draws."""
+    run = load_engine_run(run_dir)
+    requests, num_clients = workload_requests(run.cfg)
+    latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
+    steps = step_errors(run, latency)
+    step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())
+    simulated = simulate(run, requests, num_clients)
+    sim_cached = dict(zip(simulated.request_id, simulated.cached_tokens, strict=True))
+    free_mismatch = sum(
+        sim_cached.get(i, c) != c
+        for i, c in zip(run.requests.request_id, run.requests.cached_tokens, strict=True)
+    )
+    result = {
+        "schema": SCHEMA,
+        "run": str(run_dir),
+        "latency_model": latency.name,
+        "step_time_median_abs_err": _pct(step_err, 50),
+        "step_time_p90_abs_err": _pct(step_err, 90),
+        **serving_errors(run.requests, simulated, run.cfg.duration_s),
+        **replay(run, requests),
+        "cached_tokens_mismatch_free_run": int(free_mismatch),
+    }
+    result = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
+    tables = {"steps": steps, "measured": run.requests, "simulated": simulated}
+    return result, tables
+
+
+# -- the command -----------------------------------------------------------------------------------
+KEYS_SHOWN = [
+    ("step_time", "step time"),
+    ("ttft", "TTFT"),
+    ("tpot", "TPOT"),
+    ("e2e", "E2E"),
+]
+
+
+def summary_lines(result: dict) -> list[str]:
+    def pct(v) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    lines = [f"{result['run']} vs {result['latency_model']}:"]
+    for key, label in KEYS_SHOWN:
+        lines.append(
+            f"  {label:>9}: median {pct(result.get(f'{key}_median_abs_err'))}, "
+            f"p90 {pct(result.get(f'{key}_p90_abs_err'))}"
+        )
+    lines.append(f"  throughput: {pct(result['throughput_abs_err'])}")
+    lines.append(
+        f"  cached tokens mismatched: {result['cached_tokens_mismatch']} (replay), "
+        f"{result['cached_tokens_mismatch_free_run']} (free run); step compositions "
+        f"mismatched: {result['step_composition_mismatch']} of {result['replayed_steps']}"
+    )
+    return lines
+
+
+def cmd_validate(args) -> int:
+    from reports.output import write_output
+
+    result, tables = validate(Path(args.run_dir))
+    print("\n".join(summary_lines(result)))
+    if args.json:
+        text = json.dumps(result, indent=2) + "\n"
+        write_output(Path(args.json), text, "--json", signature=f'"schema": "{SCHEMA}"')
+        print(f"json: {args.json}")
+    if args.report:
+        from reports.validation import render_validation
+
+        html = render_validation(result, tables)
+        write_output(Path(args.report), html, "--report", signature=REPORT_TITLE)
+        print(f"report: {args.report}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="compare an engine run with a simulation of it")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="an engine run directory (engine/runs/...)")
+    p.add_argument("--json", help="write the fidelity numbers here")
+    p.add_argument("--report", help="write an HTML report (scatter and CDFs per metric) here")
+    p.set_defaults(func=cmd_validate)

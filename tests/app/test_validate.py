@@ -1,0 +1,69 @@
+"""`kvsched validate` on a run whose "measurement" is a simulation: every error must be zero.
+
+A simulated run written in the engine's layout is the one run whose true step times the latency
+model knows exactly, so validate must report exact agreement: same step prices, same cached
+tokens, same step compositions in the replay, same per-request latencies.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvsched.experiment import run_arm
+from kvsched.validate import validate
+from sim.config import parse_config
+from sim.steps import steps_frame
+
+OPEN_LOOP = {
+    "name": "self-validation",
+    "seed": 3,
+    "duration_s": 30,
+    "model": "llama-3-8b",
+    "gpu": "h200",
+    "node": {"num_gpus": 1, "tp": 1},
+    "cluster": {"num_nodes": 1},
+    "record_steps": True,
+    "workload": {
+        "name": "shared_prefix_groups",
+        "params": {
+            "num_groups": 4,
+            "prompts_per_group": 8,
+            "system_prompt_tokens": 1024,
+            "question_tokens": 64,
+            "output_tokens": 32,
+            "arrival": "poisson",
+            "rate": 4.0,
+        },
+    },
+}
+CLOSED_LOOP = {**OPEN_LOOP, "workload": {"name": "seed", "params": {"num_clients": 8}}}
+
+
+def write_as_engine_run(raw: dict, run_dir) -> None:
+    cfg = parse_config(raw)
+    cluster, _, requests, _ = run_arm(cfg, "engine", show_progress=False)
+    arm = run_dir / "engine"
+    arm.mkdir(parents=True)
+    (arm / "config.json").write_text(json.dumps(cfg.model_dump(mode="json")))
+    requests.to_csv(arm / "requests.csv", index=False)  # full precision: exact times
+    assert cluster.step_rows is not None
+    steps_frame(cluster.step_rows).to_csv(arm / "steps.csv", index=False)
+
+
+@pytest.mark.parametrize("raw", [OPEN_LOOP, CLOSED_LOOP], ids=["open", "closed"])
+def test_a_simulated_run_validates_exactly(tmp_path, raw):
+    write_as_engine_run(raw, tmp_path)
+    result, tables = validate(tmp_path)
+    assert result["replayed_steps"] > 50 and result["requests_compared"] > 10
+    assert result["step_composition_mismatch"] == 0
+    assert result["cached_tokens_mismatch"] == 0
+    assert result["cached_tokens_mismatch_free_run"] == 0
+    assert result["step_time_median_abs_err"] == pytest.approx(0, abs=1e-9)
+    assert result["step_time_p90_abs_err"] == pytest.approx(0, abs=1e-9)
+    for key in ("ttft", "tpot", "e2e"):
+        assert result[f"{key}_median_abs_err"] == pytest.approx(0, abs=1e-9), key
+        assert result[f"{key}_p90_abs_err"] == pytest.approx(0, abs=1e-9), key
+    assert result["throughput_abs_err"] == 0
+    assert len(tables["steps"]) == result["replayed_steps"]
