@@ -27,6 +27,8 @@ class Node:
         executor: StepExecutor,
         on_finish: Callable[[Sequence], None],
         on_step: Callable[[int, float, float, Step], None] | None = None,
+        on_crash: Callable[[int, list[Sequence]], None] | None = None,
+        restart_s: float = 0.0,
     ):
         self.env = env
         self.node_id = node_id
@@ -34,6 +36,10 @@ class Node:
         self.executor = executor
         self.on_finish = on_finish
         self.on_step = on_step  # (node, start, duration, step): steps.csv when asked for
+        self.on_crash = on_crash  # (node, lost requests): the cluster fails or re-sends them
+        self.restart_s = restart_s  # a crashed serving process is back after this long
+        self.up_at = float("-inf")  # crashed: restarting until then (the router avoids it)
+        self.num_crashes = 0
         self.num_steps = 0
         self.busy_s = 0.0
         self._wakeup = env.event()
@@ -69,8 +75,15 @@ class Node:
         return self.scheduler.headroom_tokens
 
     # -- what the router and placement call ----------------------------------------------------
+    @property
+    def down(self) -> bool:
+        return self.env.now < self.up_at
+
     def submit(self, seq: Sequence) -> None:
         seq.node = self.node_id
+        if self.down:  # routed before the crash was known (or every node is down)
+            self._lose([seq])
+            return
         self.scheduler.add(seq)
         if not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -90,6 +103,11 @@ class Node:
                 yield from self._idle()
                 continue
             step = self.scheduler.schedule(self.env.now)
+            for seq in step.rejected:
+                self.on_finish(seq)
+            if step.crashed:
+                yield from self._crash()
+                continue
             if not step.items:  # nothing fits and nothing runs: wait for memory or new work
                 yield from self._idle()
                 continue
@@ -102,6 +120,19 @@ class Node:
                 self.on_step(self.node_id, start, step_s, step)
             for seq in self.scheduler.apply(step, self.env.now):
                 self.on_finish(seq)
+
+    def _crash(self):
+        """No hole at the physical limit and cache.on_oom is crash (the article's CUDA OOM): the
+        process dies with every request it held, and is down for restart_s."""
+        self.num_crashes += 1
+        self.up_at = self.env.now + self.restart_s
+        self._lose(self.scheduler.crash())
+        yield self.env.timeout(self.restart_s)
+
+    def _lose(self, lost: list[Sequence]) -> None:
+        if lost:
+            assert self.on_crash is not None, "cache.on_oom crash needs an on_crash handler"
+            self.on_crash(self.node_id, lost)
 
     def _idle(self):
         """No step is in flight: retired pages come back as their last readers exit (at once, or

@@ -78,10 +78,14 @@ class Router:
         query = RouteQuery(
             req.request_id, req.prompt_tokens, seq.keys, self.page_size, self.env.now
         )
-        node = self.policy.route(query, self.views(seq.keys))
-        if not 0 <= node < len(self.nodes):
-            raise AssertionError(f"routing policy returned node {node} of {len(self.nodes)}")
-        return node
+        views = self.views(seq.keys)
+        # A crashed node is down until it restarts: the policy chooses among the others (if
+        # every node is down, among all: the request is lost or waits there, sim/node.py).
+        up = [v for v in views if not self.nodes[v.node_id].down] or views
+        choice = self.policy.route(query, up)
+        if not 0 <= choice < len(up):
+            raise AssertionError(f"routing policy returned node {choice} of {len(up)}")
+        return up[choice].node_id
 
     # -- the resource ----------------------------------------------------------------------------
     def submit(self, seq: Sequence, deliver: Callable[[Sequence, int], None]) -> None:

@@ -48,8 +48,6 @@ class KVUsage:
 
 
 class PagedKV:
-    on_oom = "wait"  # admission only references cached pages: it never runs out of room
-
     def __init__(
         self,
         cache: PagedKVCache,
@@ -90,6 +88,10 @@ class PagedKV:
         self.slot_tokens += seq.num_computed
         self.held_tokens += seq.num_computed
         return True
+
+    def oom_action(self, seq: Sequence) -> str:
+        """Admission only references cached pages: it never fails for room (growing may)."""
+        return "wait"
 
     def commit(self, seq: Sequence, now: float) -> None:
         """The request is admitted for good: record its hit and decide once whether its new segment
@@ -250,13 +252,20 @@ class ContiguousKV:
     def admit(self, seq: Sequence, now: float) -> bool:
         if self.alloc.allocate(seq.req.request_id, self.reservation_tokens(seq) * self.token_bytes):
             return True
-        if self.on_oom == "wait" and not seq.oom_blocked:  # count each stalled request once
+        if self.oom_action(seq) == "wait" and not seq.oom_blocked:  # each stalled request once
             seq.oom_blocked = True
             self.oom_events += 1
         return False
 
     def commit(self, seq: Sequence, now: float) -> None:
         pass
+
+    def oom_action(self, seq: Sequence) -> str:
+        """What a failed admission of `seq` does. Short of free bytes, a framework waits (its byte
+        count says the pool is full); with enough free bytes but no hole that large (fragmentation:
+        the allocator's own failure, the article's OOM), it does what cache.on_oom says."""
+        free = self.alloc.capacity_bytes - self.alloc.used_bytes
+        return self.on_oom if free >= self.reservation_tokens(seq) * self.token_bytes else "wait"
 
     def reset(self) -> None:
         """The serving process restarted: the pool comes back empty (no segment grown)."""

@@ -33,13 +33,30 @@ def test_max_model_len_reserves_the_whole_window_for_everyone():
     assert [kv.admit(_seq(i, 10, 1), 0.0) for i in range(3)] == [True, True, False]
 
 
-def test_only_wait_counts_alloc_stalls():
-    for mode, stalls in [("wait", 1), ("reject", 0), ("crash", 0)]:
-        kv = _kv("max_model_len", mode)
-        kv.admit(_seq(0, 10, 1), 0.0), kv.admit(_seq(1, 10, 1), 0.0)
-        blocked = _seq(2, 10, 1)
-        assert not kv.admit(blocked, 0.0) and not kv.admit(blocked, 1.0)  # counted once
-        assert kv.oom_events == stalls
+def _fragmented(on_oom: str) -> ContiguousKV:
+    """Three 1000-token regions fill 3000 tokens; freeing the outer two leaves 2000 free tokens
+    in two 1000-token holes."""
+    kv = ContiguousKV(ContiguousAllocator(3000, 3000), 1, 100, 4000, on_oom=on_oom)
+    held = [_seq(i, 900, 1) for i in range(3)]
+    assert all(kv.admit(s, 0.0) for s in held)
+    kv.free(held[0]), kv.free(held[2])
+    return kv
+
+
+def test_fragmentation_takes_the_on_oom_action_a_full_pool_waits():
+    for mode in ("wait", "reject", "crash"):
+        kv = _fragmented(mode)
+        fragmented, full = _seq(3, 1400, 1), _seq(4, 2900, 1)  # 1500 <= 2000 free; 3000 > 2000
+        assert not kv.admit(fragmented, 0.0) and not kv.admit(full, 0.0)
+        assert (kv.oom_action(fragmented), kv.oom_action(full)) == (mode, "wait")
+
+
+def test_each_stalled_request_counts_once():
+    kv = _fragmented("crash")
+    full = _seq(4, 2900, 1)
+    assert not kv.admit(full, 0.0) and not kv.admit(full, 1.0)
+    assert not kv.admit(_seq(3, 1400, 1), 1.0)  # fragmentation under crash: not a stall
+    assert kv.oom_events == 1
 
 
 def test_reset_gives_back_an_empty_pool():
