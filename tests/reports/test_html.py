@@ -276,5 +276,12 @@ def test_gantt_view_with_steps(report, tmp_path):
     assert "2.5 to 7.5 s of simulated time" in page.figures["fig-gantt-0"]["caption"]
     sections = [i for i in ("load", "gantt", "hits") if f'<section id="{i}"' in text]
     assert sections == ["load", "gantt", "hits"]
-    _, page = parse(write_report([run], tmp_path / "w.html", gantt_window=(1.0, 2.0)))
+    html, page = parse(write_report([run], tmp_path / "w.html", gantt_window=(1.0, 2.0)))
     assert "1 to 2 s of simulated time" in page.figures["fig-gantt-0"]["caption"]
+    if shutil.which("chromium"):  # the section alone, in the real browser
+        start, end = (
+            html.index('<section id="gantt"'),
+            html.index("</section>", html.index('<section id="gantt"')),
+        )
+        page_html = html[: html.index("<body>") + 6] + html[start:end] + "</section></body></html>"
+        assert_not_blank(screenshot(page_html, tmp_path, 1000, 900))
