@@ -46,7 +46,8 @@ def _prefill_share(steps) -> np.ndarray:
 
 
 def _draw_node(ax, tl: Timeline, node: int) -> int:
-    """Steps at y = -1, request lanes at y = 0, 1, ...; returns requests not drawn."""
+    """Steps at y = -1.2, request lanes at y = 0, 1, ...; returns requests not drawn."""
+    assert tl.steps is not None
     steps = tl.steps[tl.steps.node == node]
     starts = steps.start_s.clip(lower=tl.start_s).to_numpy()
     ends = (steps.start_s + steps.duration_s).clip(upper=tl.end_s).to_numpy()
@@ -79,7 +80,7 @@ def _draw_node(ax, tl: Timeline, node: int) -> int:
             )
     shown = min(MAX_LANES, max(lanes, default=-1) + 1)
     ax.set_ylim(shown - 0.4, -2.0)
-    ticks = {-1.2: "steps", **({0: "requests"} if shown else {})}
+    ticks: dict[float, str] = {-1.2: "steps", **({0.0: "requests"} if shown else {})}
     ax.set_yticks(list(ticks), list(ticks.values()))
     ax.set_ylabel(f"node {node}")
     ax.grid(False)
@@ -138,12 +139,12 @@ def gantt_section(runs, window: tuple[float, float] | None) -> tuple[str, str, s
         gantt_figure(run.path, arm.name, arm.label, f"gantt-{i}", window)
         for i, (run, arm) in enumerate((r, a) for r in runs for a in r.arms.values())
     ]
-    figs = [f for f in figs if f]
-    if not figs:
+    drawn = [f for f in figs if f]
+    if not drawn:
         return None
     note = (
         "<p>The steps and requests of a short window, from <code>steps.csv</code> "
         "(runs with <code>record_steps: true</code>). For the whole run in a zoomable viewer: "
         "<code>kvsched timeline RUN_DIR</code>, then open the JSON in Perfetto.</p>"
     )
-    return ("gantt", "Timeline (Gantt)", note + "".join(figs))
+    return ("gantt", "Timeline (Gantt)", note + "".join(drawn))

@@ -93,7 +93,8 @@ def _number(value) -> int | float:
 def _steps(tl: Timeline) -> list[dict]:
     if tl.steps is None:
         return []
-    out, last_end = [], {}
+    out: list[dict] = []
+    last_end: dict[int, float] = {}  # pid -> end of its last step slice
     for s in tl.steps.sort_values(["node", "start_s"]).itertuples(index=False):
         pid, end = int(s.node) + 1, min(s.start_s + s.duration_s, tl.end_s)
         # steps.csv rounds start and duration apart (6 decimals): back-to-back steps may overlap
@@ -151,11 +152,11 @@ def pd_ok(value) -> bool:
 
 def _request_args(r) -> dict:
     keys = ["tag", "prompt_tokens", "cached_tokens", "output_tokens", "preemptions", "status"]
-    args = {"request": int(r.request_id)}
+    args: dict[str, str | int] = {"request": int(r.request_id)}
     for key in keys:
         value = getattr(r, key, None)
         if pd_ok(value):
-            args[key] = value if isinstance(value, str) else int(value)
+            args[key] = value if isinstance(value, str) else int(value)  # type: ignore[arg-type]
     return args
 
 
