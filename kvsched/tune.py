@@ -58,15 +58,15 @@ def tune_spec(
         if (policies.get(kind) or {}).get("name") != spec["name"]:
             policies[kind] = dict(spec)  # a base already on the template's policy keeps its params
     base["policies"] = policies
-    spec: dict[str, Any] = {
+    sweep: dict[str, Any] = {
         "name": f"tune-{model}",
         "base": base,
         "arm": "engine",
         "axes": {**TUNE_AXES, "seed": seeds},
     }
     if budget is not None:
-        spec.update(sampling="random", budget=budget)
-    return spec
+        sweep.update(sampling="random", budget=budget)
+    return sweep
 
 
 def choose(sweep_dir: Path, objective: str, max_p99_ttft_ms: float | None) -> dict | None:

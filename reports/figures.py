@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import io
 import re
+from typing import TYPE_CHECKING
 
 import matplotlib
 import matplotlib.ticker
@@ -17,6 +18,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.typing import ColorType
 
 STYLE = {
     "svg.fonttype": "none",
@@ -53,7 +57,7 @@ MAX_CDF_BODY_POINTS = 400  # evenly spaced ranks below the tail; the tail is kep
 MAX_SCATTER_POINTS = 800  # per arm; the slowest 1% of requests are always kept
 
 
-def color(i: int) -> str:
+def color(i: int) -> ColorType:  # a hex string, or an RGB tuple past the first 8 arms
     return PALETTE[i % len(PALETTE)]
 
 

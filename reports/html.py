@@ -171,11 +171,7 @@ def render(runs: list[Run], gantt_window: tuple[float, float] | None = None) -> 
 
 
 def _duration(arms: list[Arm]) -> str:
-    values = {
-        a.metrics.get("duration_s")
-        for a in arms
-        if isinstance(a.metrics.get("duration_s"), int | float)
-    }
+    values = {v for a in arms if isinstance(v := a.metrics.get("duration_s"), int | float)}
     return " / ".join(f"{v:g} s" for v in sorted(values)) or "unknown duration"
 
 
