@@ -9,8 +9,12 @@
 A step costs
   layers x (gemm(T) + decode_attn(B, mean ctx) + sum over chunks prefill_attn(n, c)
             + all-reduce) + lm_head(B + chunks)
-with T = new prefill tokens + B. The tensor-parallel all-reduce cannot be measured on one GPU:
-it keeps the roofline's term (`RooflineLatency.allreduce_s`) and the breakdown labels it so.
+with T = new prefill tokens + B. `prefill_attn` is timed from our paged prefill kernel (table
+version 2; version 1 files timed SDPA). The tensor-parallel all-reduce comes from the file's
+`allreduce_nccl` section (two bf16 all-reduces of T x hidden per layer, measured through NCCL on
+two H200s) when it has one for this tp and hidden size; otherwise it keeps the roofline's term
+(`RooflineLatency.allreduce_s`), and the breakdown names which (`allreduce_nccl_s` or
+`allreduce_roofline_s`).
 
 Interpolation is piecewise linear on each grid axis (bilinear on the 2-D tables). Bilinear
 interpolation reproduces a term in batch x context exactly, which is how memory-bound decode
@@ -20,16 +24,17 @@ in tokens, batch or context); below the first point the first value is kept (a l
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sim.config import ConfigError
+from sim.latency.base import StepShape
 from sim.latency.roofline import RooflineLatency
 
 SCHEMA = "kvsched-calibration/1"
@@ -121,49 +126,59 @@ def find_table(data: dict, model: Any, tp: int) -> dict | None:
     return None
 
 
-def _weights(x: float, xs: np.ndarray) -> tuple[int, float]:
+def _weights(x: float, xs) -> tuple[int, float]:
     """Segment index i and position t on it: value = (1 - t) y[i] + t y[i + 1].
 
     t is clamped at 0 below the grid (keep the first value) and free above it (extend the last
-    segment), so larger steps keep getting slower.
+    segment), so larger steps keep getting slower. `xs` is a list (the hot path: no numpy per
+    step) or an array; both give the same float64 arithmetic.
     """
     if x <= xs[0]:
         return 0, 0.0
-    i = int(np.searchsorted(xs, x, side="right")) - 1
-    i = min(i, xs.size - 2)
+    i = min(bisect.bisect_right(xs, x) - 1, len(xs) - 2)
     return i, (x - xs[i]) / (xs[i + 1] - xs[i])
 
 
-def interp1(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
+def interp1(x: float, xs, ys) -> float:
     i, t = _weights(x, xs)
     return float((1 - t) * ys[i] + t * ys[i + 1])
 
 
-def interp2(x: float, y: float, xs: np.ndarray, ys: np.ndarray, zs: np.ndarray) -> float:
+def interp2(x: float, y: float, xs, ys, zs) -> float:
+    """Bilinear; `zs` indexed zs[i][j] (a list of rows, or a 2-D array)."""
     i, t = _weights(x, xs)
     j, u = _weights(y, ys)
+    z0, z1 = zs[i], zs[i + 1]
     return float(
-        (1 - t) * (1 - u) * zs[i, j]
-        + t * (1 - u) * zs[i + 1, j]
-        + (1 - t) * u * zs[i, j + 1]
-        + t * u * zs[i + 1, j + 1]
+        (1 - t) * (1 - u) * z0[j]
+        + t * (1 - u) * z1[j]
+        + (1 - t) * u * z0[j + 1]
+        + t * u * z1[j + 1]
     )
 
 
-@dataclass(frozen=True, slots=True)
 class _Grid1:
-    xs: np.ndarray
-    ms: np.ndarray
+    """A 1-D table as Python floats, memoised by x (token counts repeat from step to step)."""
+
+    __slots__ = ("xs", "ms", "_memo")
+
+    def __init__(self, xs: Any, ms: Any):
+        self.xs, self.ms = [float(v) for v in xs], [float(v) for v in ms]
+        self._memo: dict[float, float] = {}
 
     def __call__(self, x: float) -> float:
-        return interp1(x, self.xs, self.ms)
+        v = self._memo.get(x)
+        if v is None:
+            v = self._memo[x] = interp1(x, self.xs, self.ms)
+        return v
 
 
-@dataclass(frozen=True, slots=True)
 class _Grid2:
-    xs: np.ndarray
-    ys: np.ndarray
-    ms: np.ndarray
+    __slots__ = ("xs", "ys", "ms")
+
+    def __init__(self, xs: Any, ys: Any, ms: Any):
+        self.xs, self.ys = [float(v) for v in xs], [float(v) for v in ys]
+        self.ms = [[float(v) for v in row] for row in ms]
 
     def __call__(self, x: float, y: float) -> float:
         return interp2(x, y, self.xs, self.ys, self.ms)
@@ -172,7 +187,9 @@ class _Grid2:
 class CalibratedLatency:
     """Step time from the measured tables of one (model, tp); see the module docstring."""
 
-    def __init__(self, model: Any, gpu: Any, tp: int, table: dict):
+    def __init__(self, model: Any, gpu: Any, tp: int, table: dict, allreduce: dict | None = None):
+        """`allreduce`: the file's `allreduce_nccl` entry for this tp and hidden size (measured
+        through NCCL); without one the all-reduce keeps the roofline's formula."""
         validate_table(table)
         want = expected_shapes(model, tp)
         got = {k: int(table["shapes"].get(k, -1)) for k in want}
@@ -182,47 +199,64 @@ class CalibratedLatency:
             )
         self.model, self.gpu, self.tp, self.table = model, gpu, tp, table
         self.name = f"calibrated:{Path(str(gpu.calibration or gpu.name)).stem}"
-        self._gemm = _Grid1(
-            np.asarray(table["gemm"]["tokens"], float), np.asarray(table["gemm"]["ms"], float)
-        )
-        self._lm = _Grid1(
-            np.asarray(table["lm_head"]["tokens"], float), np.asarray(table["lm_head"]["ms"], float)
-        )
+        self._layers = model.num_layers
+        self._gemm = _Grid1(table["gemm"]["tokens"], table["gemm"]["ms"])
+        self._lm = _Grid1(table["lm_head"]["tokens"], table["lm_head"]["ms"])
         d, p = table["decode_attn"], table["prefill_attn"]
-        self._decode = _Grid2(
-            np.asarray(d["batch"], float),
-            np.asarray(d["context"], float),
-            np.asarray(d["ms"], float),
-        )
-        self._prefill = _Grid2(
-            np.asarray(p["new_tokens"], float),
-            np.asarray(p["context"], float),
-            np.asarray(p["ms"], float),
-        )
+        self._decode = _Grid2(d["batch"], d["context"], d["ms"])
+        self._prefill = _Grid2(p["new_tokens"], p["context"], p["ms"])
         self._roofline = RooflineLatency(model, gpu, tp)
+        if allreduce is not None and tp > 1:
+            self._allreduce_key = "allreduce_nccl_s"
+            grid = _Grid1(allreduce["tokens"], allreduce["ms"])
+            # Two all-reduces of the step's activations per layer (after attention, after the MLP).
+            calls = 2 * model.num_layers
+            self._allreduce = functools.lru_cache(maxsize=4096)(
+                lambda tokens: calls * grid(float(tokens)) * 1e-3
+            )
+        else:
+            self._allreduce_key = "allreduce_roofline_s"
+            self._allreduce = functools.lru_cache(maxsize=4096)(self._roofline.allreduce_s)
 
     def breakdown(self, plan: Any) -> dict[str, float]:
         """Seconds per part of the step (all layers); `allreduce_roofline_s` is not measured."""
-        new = np.asarray(plan.prefill_new, dtype=np.int64)
-        ctx = np.asarray(plan.prefill_ctx, dtype=np.int64)
         dec = np.asarray(plan.decode_ctx, dtype=np.int64)
-        tokens = int(new.sum()) + int(dec.size)
-        layers = self.model.num_layers
+        return self.parts(
+            StepShape(
+                np.asarray(plan.prefill_new, dtype=np.int64).tolist(),
+                np.asarray(plan.prefill_ctx, dtype=np.int64).tolist(),
+                int(dec.size),
+                int(dec.sum()),
+            )
+        )
+
+    def parts(self, shape: StepShape) -> dict[str, float]:
+        """`breakdown` of a step given as plain ints (the simulator's hot path). One entry per
+        priced term, in a fixed order: a new term is one more line here."""
+        new, num_decode = shape.prefill_new, shape.num_decode
+        tokens = sum(new) + num_decode
+        layers = self._layers
         parts = {"gemm_s": 0.0, "decode_attn_s": 0.0, "prefill_attn_s": 0.0, "lm_head_s": 0.0}
         if tokens == 0:
-            return {**parts, "allreduce_roofline_s": 0.0}
+            return {**parts, self._allreduce_key: 0.0}
         parts["gemm_s"] = layers * self._gemm(tokens) * 1e-3
-        if dec.size:
-            mean_ctx = float(dec.sum()) / dec.size
-            parts["decode_attn_s"] = layers * self._decode(dec.size, mean_ctx) * 1e-3
-        if new.size:
+        if num_decode:
+            mean_ctx = float(shape.decode_ctx_sum) / num_decode
+            parts["decode_attn_s"] = layers * self._decode(num_decode, mean_ctx) * 1e-3
+        if new:
+            prefill = self._prefill
             per_layer = sum(
-                self._prefill(float(n), float(c)) for n, c in zip(new, ctx, strict=True) if n > 0
+                prefill(float(n), float(c))
+                for n, c in zip(new, shape.prefill_ctx, strict=True)
+                if n > 0
             )
             parts["prefill_attn_s"] = layers * per_layer * 1e-3
-        parts["lm_head_s"] = self._lm(float(dec.size + new.size)) * 1e-3
-        parts["allreduce_roofline_s"] = self._roofline.allreduce_s(tokens)
+        parts["lm_head_s"] = self._lm(float(num_decode + len(new))) * 1e-3
+        parts[self._allreduce_key] = self._allreduce(tokens)
         return parts
+
+    def shape_time_s(self, shape: StepShape) -> float:
+        return math.fsum(self.parts(shape).values())
 
     def measured_part_s(self, plan: Any) -> float:
         """The parts priced from measurements only (the step time without the all-reduce)."""
@@ -230,8 +264,7 @@ class CalibratedLatency:
         return b["gemm_s"] + b["decode_attn_s"] + b["prefill_attn_s"] + b["lm_head_s"]
 
     def step_time_s(self, plan: Any) -> float:
-        b = self.breakdown(plan)
-        return math.fsum(b.values())
+        return math.fsum(self.breakdown(plan).values())
 
 
 @functools.lru_cache(maxsize=8)
@@ -253,5 +286,17 @@ def calibrated_latency_for(
         raise CalibrationError(
             f"gpu.calibration: no file {gpu.calibration!r} in kernels/calibration (present: {present})"
         )
-    table = find_table(_load_cached(str(path), path.stat().st_mtime_ns), model, tp)
-    return None if table is None else CalibratedLatency(model, gpu, tp, table)
+    data = _load_cached(str(path), path.stat().st_mtime_ns)
+    table = find_table(data, model, tp)
+    if table is None:
+        return None
+    return CalibratedLatency(model, gpu, tp, table, find_allreduce(data, model, tp))
+
+
+def find_allreduce(data: dict, model: Any, tp: int) -> dict | None:
+    """The NCCL all-reduce measured for this tp and hidden size, if the file has one."""
+    for entry in data.get("allreduce_nccl", []):
+        if int(entry.get("tp", 0)) == tp and int(entry.get("hidden", 0)) == model.hidden_size:
+            _axis(entry["tokens"], "allreduce_nccl.tokens")
+            return entry
+    return None
