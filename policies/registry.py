@@ -3,10 +3,12 @@ constructor taking the parsed params (routing policies also take the run's rng).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pydantic import ValidationError
 
-from policies import admission, eviction, routing, routing_approx, scheduling
+from policies import admission, eviction, placement, routing, routing_approx, scheduling
 from sim.config import ConfigError, PolicySpec, format_validation_error
 from sim.strict_input import number_error
 
@@ -35,11 +37,13 @@ SCHEDULING = {
     "newest": scheduling.Newest,
     "longest_context": scheduling.LongestContext,
 }
-REGISTRY = {
+PLACEMENT = {"spill": placement.Spill, "shard": placement.Shard}
+REGISTRY: dict[str, dict[str, Any]] = {  # kind -> name -> policy class
     "routing": ROUTING,
     "eviction": EVICTION,
     "admission": ADMISSION,
     "scheduling": SCHEDULING,
+    "placement": PLACEMENT,
 }
 
 

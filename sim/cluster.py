@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-import simpy
 
-from sim.config import ConfigError, ExperimentConfig
+from sim.clock import Clock
+from sim.config import ConfigError, ExperimentConfig, PolicySpec
 from sim.executor import ModelledExecutor
 from sim.kv.manager import contiguous_kv_from_config, paged_kv_from_config
 from sim.kv.protocol import KVManager
 from sim.latency import make_latency_model
 from sim.metrics import Recorder
 from sim.node import Node
-from sim.policy_api import MakePolicy
+from sim.policy_api import MakePolicy, PlacementStrategy
 from sim.request import Request, Workload
 from sim.router import Router
 from sim.routing_table import RoutingTable
@@ -42,7 +42,7 @@ class Cluster:
         make_policy: MakePolicy,
     ):
         self.cfg = cfg
-        self.env = simpy.Environment()
+        self.env = Clock()  # SimPy's, plus the node step-end queue (sim/clock.py)
         self.workload = workload
         self.rng = rng
         self.make_policy = make_policy
@@ -82,7 +82,9 @@ class Cluster:
         ]
         for kv in paged:
             kv.cache.listeners.append(self.table.on_cache_event)
-        self.placement = make_placement(self.cfg, paged, lambda: self.env.now, self._wake)
+        self.placement = make_placement(
+            self.cfg, paged, lambda: self.env.now, self._wake, self._placement_strategy()
+        )
         if self.placement is None:
             return list(paged)
         return [PlacedKV(kv, i, self.placement) for i, kv in enumerate(paged)]
@@ -102,9 +104,17 @@ class Cluster:
             self._record_step if self.step_rows is not None else None,
             self._on_crash,
             self.cfg.cache.restart_s,
-            # Cross-node placement reads and wakes peers from inside a step: step by step.
-            exact_steps=self.cfg.exact_steps or self.placement is not None,
+            exact_steps=self.cfg.exact_steps,
         )
+
+    def _placement_strategy(self) -> PlacementStrategy | None:
+        """The placement policy (None: local_only, every page on its request's node)."""
+        p = self.cfg.placement
+        if p.policy == "local_only":
+            return None
+        params = {"shard_nodes": p.shard_nodes, "stripe_pages": p.stripe_pages}
+        spec = PolicySpec(name=p.policy, params=params if p.policy == "shard" else {})
+        return self.make_policy("placement", spec)
 
     def _wake(self, node_id: int) -> None:
         self.nodes[node_id].wake()

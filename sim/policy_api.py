@@ -47,3 +47,30 @@ class SchedulingPolicy(Protocol):
     def victim(self, running: list[Sequence]) -> Sequence:
         """The running request to preempt when another cannot get memory."""
         ...
+
+
+class PlacementStrategy(Protocol):
+    """Where a request's KV pages go when they may leave its node (sim/xnode/placement.py)."""
+
+    keep_local_when_it_fits: bool  # a request whose pages all fit on its node stays local
+
+    def members(self, owner: int, peers_by_room: list[int]) -> tuple[int, ...]:
+        """Nodes a new placed request's pages rotate over (empty: no fixed set)."""
+        ...
+
+    def preferred_nodes(
+        self,
+        owner: int,
+        members: tuple[int, ...],
+        first: int,
+        need: int,
+        room: list[int],
+        peers_by_room: list[int],
+    ) -> list[int]:
+        """Preferred node of each logical page first .. first+need-1 (placement then sends a
+        page whose node is full to the node with the most room)."""
+        ...
+
+    def busiest_node_pages(self, pages: int, num_nodes: int) -> int:
+        """Pages the most loaded node would hold if a request of `pages` were placed whole."""
+        ...

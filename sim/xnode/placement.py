@@ -32,6 +32,7 @@ import numpy as np
 
 from sim.kv.manager import KVUsage, PagedKV
 from sim.kv.protocol import CacheCounters, headroom_tokens
+from sim.policy_api import PlacementStrategy
 from sim.sequence import Sequence, Status
 from sim.xnode.network import Network
 from sim.xnode.page_traffic import PageTraffic
@@ -71,10 +72,12 @@ class Placement:
         kvs: list[PagedKV],
         clock: Callable[[], float],
         wake: Callable[[int], None],
+        strategy: PlacementStrategy,
     ):
         """`kvs`: each node's own paged manager; `clock()`: now; `wake(node)`: a node asleep
-        retries its waiting head (memory came back on it)."""
+        retries its waiting head (memory came back on it); `strategy`: where pages go."""
         self.cfg = cfg.placement
+        self.strategy = strategy
         self.kvs = kvs
         self.num_nodes = len(kvs)
         self.clock = clock
@@ -123,13 +126,9 @@ class Placement:
     def targets(self, rec: Record, first: int, need: int) -> list[int] | None:
         """Node of each logical page first .. first+need-1, or None if they do not fit."""
         room = [self.room(n) for n in range(self.num_nodes)]
-        if self.cfg.policy == "spill":  # local first, then the roomiest peers
-            prefer = [rec.owner] * min(need, room[rec.owner])
-            for peer in self._by_room(rec.owner):
-                prefer += [peer] * min(need - len(prefer), room[peer])
-        else:  # shard: stripes rotate over the members
-            k, stripe = len(rec.members), self.cfg.stripe_pages
-            prefer = [rec.members[(j // stripe) % k] for j in range(first, first + need)]
+        prefer = self.strategy.preferred_nodes(
+            rec.owner, rec.members, first, need, room, self._by_room(rec.owner)
+        )
         out = []
         for n in prefer:
             if not room[n]:  # full: the node with the most room left takes the page instead
@@ -141,11 +140,7 @@ class Placement:
         return out if len(out) == need else None
 
     def _new_record(self, owner: int, seq: Sequence) -> Record:
-        members = (
-            (owner, *self._by_room(owner)[: self.cfg.shard_nodes - 1])
-            if self.cfg.policy == "shard"
-            else ()
-        )
+        members = self.strategy.members(owner, self._by_room(owner))
         return Record(owner=owner, lead=len(seq.pages), members=members)
 
     # -- mechanism -----------------------------------------------------------------------------
@@ -154,9 +149,9 @@ class Placement:
         need_total = -(-(seq.num_computed + num_tokens) // self.page_size)
         inner = self.kvs[owner]
         if rec is None:
-            fits_locally = self.cfg.policy == "spill" and need_total - len(seq.pages) <= self.room(
-                owner
-            )
+            fits_locally = self.strategy.keep_local_when_it_fits and need_total - len(
+                seq.pages
+            ) <= self.room(owner)
             if not self.eligible(seq) or fits_locally:
                 return inner.grow(seq, num_tokens, now)
             if seq.status is Status.WAITING and inner.free_tokens() < self.headroom_tokens:
@@ -200,15 +195,18 @@ class Placement:
             kv.cache.pool.reclaim_exited(now) for kv in self.kvs if kv.cache.pool.num_retired
         )
 
+    def _take(self, node: int, count: int, now: float) -> list[int]:
+        pages = self.kvs[node].cache.allocate(count, now)
+        assert pages is not None  # the caller checked the room on this node
+        return pages
+
     def _allocate(self, rec: Record, seq: Sequence, nodes: list[int], now: float) -> None:
         """Pages on `nodes` (room checked) become the next logical pages of the record's tail."""
         self.records[seq] = rec
         if not nodes:
             return
         counts = np.bincount(np.asarray(nodes, dtype=np.int64), minlength=self.num_nodes)
-        new_pages = {
-            n: iter(self.kvs[n].cache.allocate(int(c), now)) for n, c in enumerate(counts) if c
-        }
+        new_pages = {n: iter(self._take(n, int(c), now)) for n, c in enumerate(counts) if c}
         for n in nodes:
             rec.nodes.append(n)
             rec.pages.append(int(next(new_pages[n])))
@@ -278,10 +276,7 @@ class Placement:
         per_node = self.kvs[0].cache.pool.num_pages - self.reserve_pages
         if not self.eligible(seq):
             return pages <= self.kvs[0].cache.pool.num_pages
-        if self.cfg.policy == "spill":
-            return pages <= per_node * self.num_nodes
-        k, stripe = self.cfg.shard_nodes, self.cfg.stripe_pages
-        return int(np.bincount((np.arange(pages) // stripe) % k, minlength=k).max()) <= per_node
+        return self.strategy.busiest_node_pages(pages, self.num_nodes) <= per_node
 
     def summary(self, duration_s: float) -> dict:
         steps, transfer_s, wire_s = self.decode_totals.tolist()
@@ -352,8 +347,9 @@ def make_placement(
     kvs: list[PagedKV],
     clock: Callable[[], float],
     wake: Callable[[int], None],
+    strategy: PlacementStrategy | None,
 ) -> Placement | None:
-    """Cross-node placement over the nodes' paged managers; None for local_only."""
-    if cfg.placement.policy == "local_only":
+    """Cross-node placement over the nodes' paged managers; None for local_only (no strategy)."""
+    if strategy is None:
         return None
-    return Placement(cfg, kvs, clock, wake)
+    return Placement(cfg, kvs, clock, wake, strategy)

@@ -15,9 +15,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies import make_policy
 from policies.admission import Always, NoParams
 from policies.eviction import LRU
-from sim.config import parse_config
+from sim.config import PolicySpec, parse_config
 from sim.kv.manager import PagedKV
 from sim.kv.paged_cache import PagedKVCache
 from sim.sequence import Sequence, Status
@@ -63,7 +64,15 @@ def make_cluster(
         )
         paged.append(PagedKV(cache, TB))
     nodes: list = []
-    placement = make_placement(cfg, paged, lambda: env.now, lambda n: nodes[n].wake())
+    strategy = None
+    if policy != "local_only":
+        shard = {
+            "shard_nodes": cfg.placement.shard_nodes,
+            "stripe_pages": cfg.placement.stripe_pages,
+        }
+        params = shard if policy == "shard" else {}
+        strategy = make_policy("placement", PolicySpec(name=policy, params=params))
+    placement = make_placement(cfg, paged, lambda: env.now, lambda n: nodes[n].wake(), strategy)
     for i, kv in enumerate(paged):
         wired = kv if placement is None else PlacedKV(kv, i, placement)
         transfer = None if placement is None else placement.traffic.step_transfer_s
