@@ -78,13 +78,18 @@ GAIN_THRESHOLD = 5.0  # the article's claim: "more than 5x" throughput
 
 
 def _ratio_section(data: SweepData, configs: pd.DataFrame) -> list[str]:
-    """Last arm of the `arm` axis against the first (e.g. engine vs openclaw), per configuration
-    of the other axes: heatmaps over the two axes with the most values (max and mean over the
-    rest) and every cell where the throughput gain reaches GAIN_THRESHOLD."""
+    """The last arm of the `arm` axis against each other arm (e.g. engine vs openclaw variants),
+    per configuration of the other axes: heatmaps over the two axes with the most values (max
+    and mean over the rest) and every cell where the throughput gain reaches GAIN_THRESHOLD."""
     arms = [str(a) for a in data.plan["spec"]["axes"].get(ARM_AXIS, [])]
-    if len(arms) < 2 or not has_pair(configs, arms[-1], arms[0]):
-        return []
-    arm, baseline = arms[-1], arms[0]
+    parts = []
+    for baseline in arms[:-1]:
+        if has_pair(configs, arms[-1], baseline):
+            parts += _ratio_parts(data, configs, arms[-1], baseline)
+    return parts
+
+
+def _ratio_parts(data: SweepData, configs: pd.DataFrame, arm: str, baseline: str) -> list[str]:
     axes = [a for a in _varying_axes(data, configs) if a != ARM_AXIS]
     ratios = arm_ratios(configs, axes, arm, baseline)
     parts = [f"<h2>{_e(arm)} / {_e(baseline)}</h2>"]

@@ -143,8 +143,9 @@ class CacheConfig(Strict):
     hash_bits: int = Field(default=64, ge=1, le=64)
     reclaim: Literal["immediate", "epoch"] = "epoch"
     # Index the full pages of generated tokens too, as they are computed (vLLM v1 and SGLang do):
-    # a later prompt that quotes an earlier answer (multi_turn, session replay) reuses its KV.
-    cache_outputs: bool = False
+    # a later prompt that quotes an earlier answer (multi_turn, session replay) reuses its KV, and
+    # a request recomputed after preemption reuses its own outputs. false: prompt pages only.
+    cache_outputs: bool = True
     # Contiguous baseline: each request reserves prompt + max_new_tokens (the client's bound,
     # capped at max_model_len) up front; the pool grows by segment_bytes up to the physical limit.
     max_model_len: int = Field(default=40960, gt=0)
