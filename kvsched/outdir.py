@@ -23,8 +23,8 @@ from pathlib import Path
 
 from sim import __version__
 from sim.config import ConfigError
+from sim.rundir import MARKER, marker_text
 
-MARKER = ".kvsched-run"
 LOCK_SUFFIX = ".kvsched-lock"
 PARTIAL_SUFFIX = ".partial"
 
@@ -39,8 +39,7 @@ def marker_kind(directory: Path) -> str | None:
 
 
 def write_marker(directory: Path, kind: str) -> None:
-    text = json.dumps({"created_by": "kvsched", "kind": kind, "version": __version__})
-    (directory / MARKER).write_text(text + "\n")
+    (directory / MARKER).write_text(marker_text(kind, __version__))
 
 
 def make_dir(path: Path, kind: str) -> list[Path]:
@@ -92,9 +91,12 @@ def check_writable(path: Path, kind: str, flag: str = "--out") -> None:
     if found == kind:
         return
     found_text = f"a kvsched {found} directory" if found else f"no {MARKER} marker"
+    hint = "choose a new path"
+    if found is None and (path / "run_info.json").is_file():  # a run from before the markers
+        hint += f', or mark it as yours to replace: echo \'{{"kind": "{kind}"}}\' > {path / MARKER}'
     raise ConfigError(
         f"{flag}: {path} exists and is not a kvsched {kind} directory ({found_text}); "
-        "kvsched never replaces it: choose a new path"
+        f"kvsched never replaces it: {hint}"
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reports.catalog import fmt, metric, number
+from reports.output import write_output
 from reports.rundata import Run, load_run, read_json
 from sim.config import ConfigError
 
@@ -181,8 +182,8 @@ def run_check(run_dir: str, baseline_path: str, update: bool = False) -> int:
     path = Path(baseline_path)
     if update:
         previous = read_json(path, "--baseline", required=False)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(build_baseline(run, previous), indent=2) + "\n")
+        text = json.dumps(build_baseline(run, previous), indent=2) + "\n"
+        write_output(path, text, "--baseline", signature=None)  # --update: replacing is the point
         print(f"baseline written: {path} ({len(run.arms)} arm(s): {', '.join(run.arms)})")
         return 0
     baseline = read_json(path, "--baseline")

@@ -15,6 +15,7 @@ from reports import plots_cluster, plots_latency
 from reports.catalog import HEADLINE, fmt, header, metric, number
 from reports.figures import style
 from reports.html import CSS
+from reports.output import write_output
 from reports.rundata import Arm, Run, load_run
 from sim.config import ConfigError
 
@@ -153,7 +154,7 @@ def run_compare(spec_a: str, spec_b: str, out: str | None) -> int:
     pairs = pair_arms(parse_side(spec_a, frames), parse_side(spec_b, frames))
     print("\n\n".join(terminal_table(a, b) for a, b in pairs))
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(compare_html(pairs, spec_a, spec_b), encoding="utf-8")
+        html = compare_html(pairs, spec_a, spec_b)
+        write_output(Path(out), html, "--out", signature="<title>kvsched compare")
         print(f"compare page: {out}")
     return 0

@@ -8,6 +8,14 @@ from __future__ import annotations
 
 import json
 
+# In every directory kvsched creates: JSON {"created_by": "kvsched", "kind": run|sweep|parent, ...}.
+# kvsched replaces or deletes a directory only if this file names the same kind (docs/cli.md).
+MARKER = ".kvsched-run"
+
+
+def marker_text(kind: str, version: str) -> str:
+    return json.dumps({"created_by": "kvsched", "kind": kind, "version": version}) + "\n"
+
 
 def arm_dir_name(arm: str) -> str:
     """Arm names become directory names: keep them to a safe alphabet."""

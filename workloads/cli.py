@@ -21,7 +21,7 @@ def parse_capacities(text: str) -> list[float]:
         ) from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         raise ConfigError(
-            f"--capacities: {text!r}: give one or more positive finite token counts (e.g. 1e6,1e7)"
+            f"--capacities: {text!r}: give one or more positive token counts (e.g. 1e6,1e7)"
         )
     return values
 

@@ -495,6 +495,25 @@ def _(r):
     return ["report", "out", "--out", "plain.txt/r.html"]
 
 
+@case("report-over-user-file", expect="not written by kvsched")
+def _(r):
+    earlier_run(r)
+    return ["report", "out", "--out", "plain.txt"]
+
+
+@case("compare-over-user-file", expect="not written by kvsched")
+def _(r):
+    earlier_run(r)
+    return ["compare", "out", "out", "--out", "mine/notes.txt"]
+
+
+@case("report-twice-replaces-its-own", allowed=(0,))
+def _(r):
+    earlier_run(r)
+    assert check_case(["report", "out", "--out", "report-a/r.html"], r, allowed=(0,))[0] == 0
+    return ["report", "out", "--out", "report-a/r.html"]
+
+
 @case("compare-missing")
 def _(r):
     return ["compare", "nope-a", "nope-b"]
