@@ -68,6 +68,17 @@ BUILTIN_ARMS: dict[str, dict] = {
             "admission": {"name": "threshold"},
         },
     },
+    # The engine whose decode kernel reads a shared prefix once per batch group (the article's
+    # "after a hit, decode reads less"; kernels/cascade_decode.py, priced by sim/cascade.py).
+    "engine+cascade": {
+        "cache": {"mechanism": "paged", "prefix_cache": True, "protected_zone": True},
+        "node": {"decode_attention": "cascade"},
+        "policies": {
+            "routing": {"name": "prefix_affinity", "params": {}},
+            "eviction": {"name": "scored"},
+            "admission": {"name": "threshold"},
+        },
+    },
 }
 
 

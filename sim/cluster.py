@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from sim.cascade import CascadeExecutor
 from sim.clock import Clock
 from sim.config import ConfigError, ExperimentConfig, PolicySpec
-from sim.executor import ModelledExecutor
+from sim.executor import ModelledExecutor, StepExecutor
 from sim.kv.manager import contiguous_kv_from_config, paged_kv_from_config
 from sim.kv.protocol import KVManager
 from sim.latency import make_latency_model
@@ -99,7 +100,7 @@ class Cluster:
                 kv,
                 self.make_policy("scheduling", self.cfg.policies.scheduling),
             ),
-            ModelledExecutor(self.latency, transfer),
+            self._executor(transfer),
             self._on_finish,
             self._record_step if self.step_rows is not None else None,
             self._on_crash,
@@ -115,6 +116,13 @@ class Cluster:
         params = {"shard_nodes": p.shard_nodes, "stripe_pages": p.stripe_pages}
         spec = PolicySpec(name=p.policy, params=params if p.policy == "shard" else {})
         return self.make_policy("placement", spec)
+
+    def _executor(self, transfer) -> StepExecutor:
+        """The latency model prices each step (decode as a cascade kernel if asked)."""
+        modelled = ModelledExecutor(self.latency, transfer)
+        if self.cfg.node.decode_attention == "cascade":
+            return CascadeExecutor(modelled, self.latency, self.page_size)
+        return modelled
 
     def _wake(self, node_id: int) -> None:
         self.nodes[node_id].wake()

@@ -110,6 +110,9 @@ class NodeConfig(Strict):
     # The KV pool of one node in bytes, instead of what kv_memory_fraction leaves after the
     # weights (a regime map sweeps it directly); at most the HBM left after the weights.
     kv_pool_bytes: float | None = Field(default=None, gt=0)
+    # Decode attention kernel: `paged` reads every sequence's whole context; `cascade` reads the
+    # leading pages a group of decodes shares once per group (kernels/cascade_decode.py).
+    decode_attention: Literal["paged", "cascade"] = "paged"
 
     @model_validator(mode="after")
     def _tp_fits(self) -> NodeConfig:
@@ -243,6 +246,9 @@ class ExperimentConfig(Strict):
     # Write <arm>/steps.csv: one row per executed step per node (sim/steps.py; the timeline and
     # `kvsched validate` read it). Off by default: one row per step is the largest output.
     record_steps: bool = False
+    # The reference driver: one SimPy event per node step (sim/node.py). Off, a node runs the
+    # steps that end before the next event without one; results are the same (tests check it).
+    exact_steps: bool = False
     # Measurement window. Requests that arrive before warmup_s are served but not counted (the
     # caches and queues fill first). With drain_s > 0 no request is sent after duration_s and the
     # run goes on until every counted request is done or drain_s more seconds pass; without it a

@@ -21,10 +21,29 @@ class StepPlan:
         return int(self.prefill_new.sum()) + int(self.decode_ctx.shape[0])
 
 
+@dataclass(slots=True)
+class StepShape:
+    """A step as plain Python ints: what both models need of it (the simulator prices one per
+    step, so no arrays). The decode contexts enter only through their count and sum."""
+
+    prefill_new: list[int]  # new prompt tokens per prefill chunk
+    prefill_ctx: list[int]  # tokens already in KV before each chunk
+    num_decode: int
+    decode_ctx_sum: int  # sum over decodes of their context length (tokens in KV)
+
+
 class LatencyModel(Protocol):
     name: str
 
     def step_time_s(self, plan: StepPlan) -> float: ...
+
+    def shape_time_s(self, shape: StepShape) -> float:
+        """`step_time_s` of the step `shape` describes, the same float."""
+        ...
+
+    def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
+        """Seconds (all layers) of one group's shared-prefix pass in a cascade decode."""
+        ...
 
 
 class StepOverhead:
@@ -37,3 +56,9 @@ class StepOverhead:
 
     def step_time_s(self, plan: StepPlan) -> float:
         return self.inner.step_time_s(plan) + self.overhead_s
+
+    def shape_time_s(self, shape: StepShape) -> float:
+        return self.inner.shape_time_s(shape) + self.overhead_s
+
+    def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
+        return self.inner.cascade_prefix_s(group_size, prefix_tokens)

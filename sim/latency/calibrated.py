@@ -41,6 +41,10 @@ SCHEMA = "kvsched-calibration/1"
 _REQUIRED_TOP = ("schema", "device", "torch", "triton", "date", "tables")
 _TABLE_1D = {"gemm": "tokens", "lm_head": "tokens"}
 _TABLE_2D = {"decode_attn": ("batch", "context"), "prefill_attn": ("new_tokens", "context")}
+# The priced terms of a step, seconds over all layers; the all-reduce is the roofline's (not
+# measurable on one GPU).
+# The all-reduce is "allreduce_nccl_s" when measured (see CalibratedLatency.terms).
+TERMS = ("gemm_s", "decode_attn_s", "prefill_attn_s", "lm_head_s", "allreduce_roofline_s")
 
 
 class CalibrationError(ConfigError):
@@ -206,8 +210,10 @@ class CalibratedLatency:
         self._decode = _Grid2(d["batch"], d["context"], d["ms"])
         self._prefill = _Grid2(p["new_tokens"], p["context"], p["ms"])
         self._roofline = RooflineLatency(model, gpu, tp)
+        c = table.get("cascade_prefix_attn")
+        self._cascade = _Grid2(c["group_size"], c["prefix_len"], c["ms"]) if c else None
         if allreduce is not None and tp > 1:
-            self._allreduce_key = "allreduce_nccl_s"
+            self.terms = (*TERMS[:-1], "allreduce_nccl_s")
             grid = _Grid1(allreduce["tokens"], allreduce["ms"])
             # Two all-reduces of the step's activations per layer (after attention, after the MLP).
             calls = 2 * model.num_layers
@@ -215,7 +221,7 @@ class CalibratedLatency:
                 lambda tokens: calls * grid(float(tokens)) * 1e-3
             )
         else:
-            self._allreduce_key = "allreduce_roofline_s"
+            self.terms = TERMS
             self._allreduce = functools.lru_cache(maxsize=4096)(self._roofline.allreduce_s)
 
     def breakdown(self, plan: Any) -> dict[str, float]:
@@ -231,18 +237,32 @@ class CalibratedLatency:
         )
 
     def parts(self, shape: StepShape) -> dict[str, float]:
-        """`breakdown` of a step given as plain ints (the simulator's hot path). One entry per
-        priced term, in a fixed order: a new term is one more line here."""
+        """`breakdown` of a step given as plain ints (the simulator's hot path)."""
+        return dict(zip(self.terms, self._terms(shape), strict=True))
+
+    def shape_time_s(self, shape: StepShape) -> float:
+        return math.fsum(self._terms(shape))
+
+    def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
+        """One group's shared-prefix pass of a cascade decode (all layers): measured when the
+        file has a `cascade_prefix_attn` table, else the roofline's bytes-read-once bound."""
+        if self._cascade is None:
+            return self._roofline.cascade_prefix_s(group_size, prefix_tokens)
+        return self._layers * self._cascade(float(group_size), float(prefix_tokens)) * 1e-3
+
+    def _terms(self, shape: StepShape) -> tuple[float, ...]:
+        """Seconds per priced term, in the order of TERMS (a new term: one more name there and
+        one more value here)."""
         new, num_decode = shape.prefill_new, shape.num_decode
         tokens = sum(new) + num_decode
-        layers = self._layers
-        parts = {"gemm_s": 0.0, "decode_attn_s": 0.0, "prefill_attn_s": 0.0, "lm_head_s": 0.0}
         if tokens == 0:
-            return {**parts, self._allreduce_key: 0.0}
-        parts["gemm_s"] = layers * self._gemm(tokens) * 1e-3
+            return (0.0,) * len(TERMS)
+        layers = self._layers
+        decode_attn = 0.0
         if num_decode:
             mean_ctx = float(shape.decode_ctx_sum) / num_decode
-            parts["decode_attn_s"] = layers * self._decode(num_decode, mean_ctx) * 1e-3
+            decode_attn = layers * self._decode(num_decode, mean_ctx) * 1e-3
+        prefill_attn = 0.0
         if new:
             prefill = self._prefill
             per_layer = sum(
@@ -250,13 +270,14 @@ class CalibratedLatency:
                 for n, c in zip(new, shape.prefill_ctx, strict=True)
                 if n > 0
             )
-            parts["prefill_attn_s"] = layers * per_layer * 1e-3
-        parts["lm_head_s"] = self._lm(float(num_decode + len(new))) * 1e-3
-        parts[self._allreduce_key] = self._allreduce(tokens)
-        return parts
-
-    def shape_time_s(self, shape: StepShape) -> float:
-        return math.fsum(self.parts(shape).values())
+            prefill_attn = layers * per_layer * 1e-3
+        return (
+            layers * self._gemm(tokens) * 1e-3,
+            decode_attn,
+            prefill_attn,
+            self._lm(float(num_decode + len(new))) * 1e-3,
+            self._allreduce(tokens),
+        )
 
     def measured_part_s(self, plan: Any) -> float:
         """The parts priced from measurements only (the step time without the all-reduce)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import GpuConfig, ModelConfig
-from sim.latency.base import StepPlan
+from sim.latency.base import StepPlan, StepShape
 
 ALLREDUCE_LATENCY_S = 10e-6  # per all-reduce call: NCCL small-message latency class on NVLink
 
@@ -38,6 +38,14 @@ class RooflineLatency:
 
     def step_time_s(self, plan: StepPlan) -> float:
         return self.linear_s(plan) + self.attention_s(plan) + self.allreduce_s(plan.num_tokens)
+
+    def shape_time_s(self, shape: StepShape) -> float:
+        # The decode contexts enter the roofline only through their sum and count.
+        decode = np.zeros(shape.num_decode, dtype=np.int64)
+        if shape.num_decode:
+            decode[0] = shape.decode_ctx_sum
+        new = np.array(shape.prefill_new, dtype=np.int64)
+        return self.step_time_s(StepPlan(new, np.array(shape.prefill_ctx, dtype=np.int64), decode))
 
     def linear_s(self, plan: StepPlan) -> float:
         tokens = plan.num_tokens
@@ -67,3 +75,9 @@ class RooflineLatency:
         nbytes = tokens * self.model.hidden_size * self.model.dtype_bytes
         per_call = 2 * (self.tp - 1) / self.tp * nbytes / self.gpu.interconnect_bytes_per_s
         return 2 * self.model.num_layers * (per_call + ALLREDUCE_LATENCY_S)
+
+    def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
+        """A group's shared prefix read once for all its query heads (cascade decode)."""
+        read_s = prefix_tokens * self.kv_bytes_per_token_per_gpu / self.gpu.hbm_bytes_per_s
+        flops = group_size * prefix_tokens * self.attn_flops_per_pair_per_gpu
+        return max(read_s, flops / self.gpu.bf16_flops_per_s)

@@ -1,0 +1,59 @@
+"""Cascade (shared-prefix) decode pricing: leading pages shared by several decodes read once.
+
+A paged decode kernel reads every sequence's whole context, shared pages included; a cascade
+kernel (kernels/cascade_decode.py) reads a group's shared leading pages once for all of the
+group's query heads, then each sequence's own tail, and merges the two by log-sum-exp. This is
+the article's "after a hit, decode reads less". With `node.decode_attention: cascade` a step's
+decode attention is priced as the plain kernel over the tails plus one shared-prefix pass per
+group (`LatencyModel.cascade_prefix_s`); the rest of the step is priced as before.
+
+Groups are found from the block tables themselves: decodes whose first page is the same physical
+page share a prefix, as long as their page ids agree (the prefix index hands the same pages to
+every request that hits them).
+"""
+
+from __future__ import annotations
+
+from sim.executor import ModelledExecutor
+from sim.latency.base import LatencyModel
+from sim.scheduler import BatchItem, Step
+
+
+def shared_prefix_groups(items: list[BatchItem], page_size: int) -> list[tuple[int, int]]:
+    """(group size, shared tokens) of every group of >= 2 decodes sharing leading pages."""
+    by_first: dict[int, list[list[int]]] = {}
+    for seq, _, is_prefill in items:
+        if not is_prefill and seq.pages:
+            by_first.setdefault(seq.pages[0], []).append(seq.pages)
+    groups = []
+    for tables in by_first.values():
+        if len(tables) < 2:
+            continue
+        shared = min(len(t) for t in tables)
+        first = tables[0]
+        for t in tables[1:]:
+            shared = next((i for i in range(shared) if t[i] != first[i]), shared)
+        # Full pages only: the last page of a sequence is still being written.
+        shared = min(shared, min(len(t) for t in tables) - 1)
+        if shared > 0:
+            groups.append((len(tables), shared * page_size))
+    return groups
+
+
+class CascadeExecutor:
+    """Wraps the modelled executor: decode contexts shrink to their tails, plus prefix passes."""
+
+    def __init__(self, inner: ModelledExecutor, latency: LatencyModel, page_size: int):
+        self.inner, self.latency, self.page_size = inner, latency, page_size
+
+    def run_step(self, node_id: int, step: Step, now: float) -> float:
+        groups = shared_prefix_groups(step.items, self.page_size)
+        if not groups:
+            return self.inner.run_step(node_id, step, now)
+        shape = step.shape()
+        shape.decode_ctx_sum -= sum(size * tokens for size, tokens in groups)
+        step_s = self.latency.shape_time_s(shape)
+        step_s += sum(self.latency.cascade_prefix_s(size, tokens) for size, tokens in groups)
+        if self.inner.transfer is not None:
+            step_s += self.inner.transfer(node_id, step.items, now)
+        return step_s
