@@ -333,7 +333,8 @@ def tune(copy_tbps: float, log) -> tuple[dict, list[dict]]:
             total += np.log(ms)
         return total
 
-    best, best_score = None, float("inf")
+    best: dict | None = None
+    best_score = float("inf")
     for block_n in (32, 64, 128):
         for num_warps in (4, 8):
             for num_stages in (2, 3, 4):
@@ -346,6 +347,7 @@ def tune(copy_tbps: float, log) -> tuple[dict, list[dict]]:
                 log(f"  tune {cfg}: geo-mean {np.exp(s / len(cases)):.4f} ms")
                 if s < best_score:
                     best, best_score = cfg, s
+    assert best is not None, "no block_n / num_warps / num_stages config compiled"
     for key, values in (("programs_per_sm", (4, 8, 16, 32)), ("min_split_tokens", (128, 512))):
         base = dict(best)
         for value in values:

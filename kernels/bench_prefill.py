@@ -454,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         pcfg = {**DEFAULT_PREFIX_CONFIG, **json.loads(args.prefix_config)}
         result["cascade"] = []
         for pps in sorted({pcfg["programs_per_sm"], 1, 2}):
-            c = dict(pcfg, programs_per_sm=pps)
-            result["cascade"] += cascade_rows(copy_tbps, c, {}, log)
+            prefix_cfg = dict(pcfg, programs_per_sm=pps)
+            result["cascade"] += cascade_rows(copy_tbps, prefix_cfg, {}, log)
             save()
     save()
     return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -256,7 +257,7 @@ def cascade_decode_attention(
         raise ValueError(f"out must match q: {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)}")
     if batch == 0:
         return out
-    f32 = dict(dtype=torch.float32, device=q.device)
+    f32: dict[str, Any] = dict(dtype=torch.float32, device=q.device)
     o_p = torch.empty((batch, num_q_heads, head_dim), **f32)
     lse_p = torch.empty((batch, num_q_heads), **f32)
     o_t = torch.empty((batch, num_q_heads, head_dim), **f32)

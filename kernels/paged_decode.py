@@ -455,6 +455,7 @@ def paged_decode_attention(
     group = num_q_heads // num_kv_heads
     programs_per_seq = num_kv_heads if grouped else num_q_heads
     if num_splits is None:
+        assert total_tokens is not None  # counted above whenever num_splits is None
         num_splits, tokens_per_split = choose_split(
             total_tokens,
             max_seq_len,
@@ -482,7 +483,7 @@ def paged_decode_attention(
         part_lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)
     scale = (1.0 / math.sqrt(head_dim)) if sm_scale is None else float(sm_scale)
     write_lse = lse_out is not None
-    lse_t = lse_out if write_lse else part_lse.view(-1)[:1].view(1, 1)
+    lse_t = lse_out if lse_out is not None else part_lse.view(-1)[:1].view(1, 1)
 
     grid = (batch, programs_per_seq, num_splits)
     _paged_decode_kernel[grid](

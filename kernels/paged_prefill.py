@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ from kernels.paged_decode import SUPPORTED_DTYPES, SUPPORTED_PAGE_SIZES, _num_sm
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 # Defaults: the H200 choice (kernels/README.md, `python -m kernels.bench --tune-prefill`).
-DEFAULT_PREFILL_CONFIG = {
+DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
     "block_m": 128,  # rows of the tl.dot M dimension (query tokens x group heads)
     "block_n": 128,
     "num_warps": 8,
@@ -378,8 +379,8 @@ def plan_prefill(
         target = max(1, programs_per_sm * sms)
         tps = 0
         if 0 < len(reqs) * num_kv_heads < target:
-            work = int(need.sum()) * num_kv_heads
-            tps = max(min_split_tokens, -(-work // target))
+            work_tokens = int(need.sum()) * num_kv_heads
+            tps = max(min_split_tokens, -(-work_tokens // target))
             tps = -(-tps // block_n) * block_n
     else:
         if tokens_per_split < 1:
