@@ -1,80 +1,163 @@
-"""Simulator speed: the default study's wall time, and how wall time and memory grow.
+"""Simulator speed (issue 18): the Vidur-comparable case, the default study, report rendering, a
+256-node run, the price of one step, and SimPy events per request.
 
-    python -m benchmarks.sim_speed            # default study + node and duration scaling
-    python -m benchmarks.sim_speed --quick    # shorter scaling points
+    python -m benchmarks.sim_speed              # everything (the 256-node run takes minutes)
+    python -m benchmarks.sim_speed --quick      # no 256-node run, one repeat
+    python -m benchmarks.sim_speed --exact-steps   # the same with the reference driver
 
-Each scaling point runs in a fresh process, so its peak RSS is its own. Load per node is held
-constant (25 closed-loop clients per node, as in the default study's 100 clients on 4 nodes).
+Each timed run is a fresh process (`kvsched run`, or a small script for the 256-node point), so
+its peak RSS is its own; times are wall seconds, medians over repeats. The machine is shared:
+the load average is printed with the results.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import timeit
+from pathlib import Path
 
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+VIDUR_CASE = ROOT / "studies" / "vidur_case.yaml"
+LARGE = {  # 256 nodes, the seed workload at 25 closed-loop clients per node, 10 simulated minutes
+    "duration_s": 600.0,
+    "cluster": {"num_nodes": 256},
+    "workload": {"name": "seed", "params": {"num_clients": 25 * 256}},
+}
 POINT = """
 import json, resource, sys, time
 from kvsched.experiment import resolve_arms, run_arm
 raw = json.loads(sys.argv[1])
 cfg = resolve_arms(raw, ["engine"])["engine"]
 t = time.perf_counter()
-_, summary, _, _ = run_arm(cfg, "engine", show_progress=False)
+cluster, summary, _, _ = run_arm(cfg, "engine", show_progress=False)
 wall = time.perf_counter() - t
 print(json.dumps({"wall_s": wall, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "completed": summary["completed"]}))
+                  "completed": summary["completed"], "requests": len(cluster.sequences),
+                  "steps": sum(n.num_steps for n in cluster.nodes),
+                  "events": cluster.env.num_events}))
 """
 
 
-def run_point(num_nodes: int, duration_s: float) -> dict:
-    raw = {
-        "duration_s": duration_s,
-        "cluster": {"num_nodes": num_nodes},
-        "workload": {"name": "seed", "params": {"num_clients": 25 * num_nodes}},
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", POINT, json.dumps(raw)], check=True, capture_output=True, text=True
+def kvsched_run(config: Path, out: Path, extra: list[str]) -> dict:
+    """One `kvsched run` in a fresh process: run_info.json's wall_s and the process's peak RSS."""
+    cmd = [sys.executable, "-m", "kvsched.cli", "run", "--config", str(config), "--out", str(out)]
+    cmd += ["--no-report", "--quiet", *extra]
+    t = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    total = time.perf_counter() - t
+    info = json.loads((out / "run_info.json").read_text())
+    return {"wall_s": info["wall_s"], "process_s": total}
+
+
+def vidur_case(repeats: int, extra: list[str], work: Path) -> None:
+    walls = [kvsched_run(VIDUR_CASE, work / f"vidur{i}", extra)["wall_s"] for i in range(repeats)]
+    print(
+        f"Vidur case (4,096 Azure conv requests at 4 req/s, 2 x llama-3-8b on H200, paged): "
+        f"{statistics.median(walls):.2f} s wall (median of {repeats}: "
+        f"{', '.join(f'{w:.2f}' for w in walls)}); goal <= 0.4 s"
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def default_study() -> None:
+def events_per_request(exact: bool) -> None:
+    """Node steps and SimPy events per request on the Vidur case, in this process."""
     from kvsched.experiment import resolve_arms, run_arm
 
-    total, simulated = 0.0, 0.0
-    for arm, cfg in resolve_arms({}).items():
-        t = time.perf_counter()
-        run_arm(cfg, arm, show_progress=False)
-        wall = time.perf_counter() - t
-        total += wall
-        simulated += cfg.duration_s
+    raw = yaml.safe_load(VIDUR_CASE.read_text())
+    for flag in sorted({exact, True}):
+        cfg = resolve_arms({**raw, "exact_steps": flag}, ["paged"])["paged"]
+        cluster, _, _, _ = run_arm(cfg, "paged", show_progress=False)
+        n = len(cluster.sequences)
+        steps = sum(x.num_steps for x in cluster.nodes)
+        events = cluster.env.num_events
+        driver = "exact_steps" if flag else "parked steps"
         print(
-            f"  {arm:>14}: {wall:6.1f} s wall, {cfg.duration_s / wall:6.1f} simulated s per wall s"
+            f"  {driver:>12}: {steps / n:.1f} node steps per request, "
+            f"{events / n:.1f} SimPy events per request"
         )
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(
-        f"default study (4 arms x 20 simulated min): {total:.1f} s wall, "
-        f"{simulated / total:.1f} simulated s per wall s, peak RSS {rss:.0f} MB"
+
+
+def default_study(extra: list[str], work: Path, report: bool) -> Path:
+    """The built-in arms (4 x 20 simulated minutes) via `kvsched run` on an empty config."""
+    config = work / "default.yaml"
+    config.write_text("{}\n")
+    out = work / "default"
+    r = kvsched_run(config, out, extra)
+    print(f"default study (4 arms x 20 simulated min): {r['wall_s']:.1f} s wall; goal <= 5 s")
+    if report:
+        from reports.html import write_report
+
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            write_report([out], work / "report.html")
+            times.append(time.perf_counter() - t)
+        print(
+            f"report of the default study: {statistics.median(times):.2f} s wall (median of 3); "
+            "goal <= 2 s"
+        )
+    return out
+
+
+def large_run(exact: bool) -> None:
+    raw = {**LARGE, "exact_steps": exact}
+    out = subprocess.run(
+        [sys.executable, "-c", POINT, json.dumps(raw)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     )
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    print(
+        f"256 nodes x 25 clients x 600 simulated s, engine arm: {r['wall_s']:.1f} s wall, "
+        f"peak RSS {r['peak_rss_mb']:.0f} MB, {r['completed']} completed, "
+        f"{r['events'] / max(1, r['requests']):.1f} SimPy events per request "
+        f"({r['steps'] / max(1, r['requests']):.1f} steps); goal <= 60 s, <= 2 GB"
+    )
+
+
+def step_pricing() -> None:
+    """Microseconds per step price (`shape_time_s` of a Step.shape()) on the H200 table."""
+    from sim.config import parse_config
+    from sim.latency import StepShape, make_latency_model
+
+    cfg = parse_config({"model": "llama-3-8b", "gpu": "h200", "node": {"num_gpus": 1, "tp": 1}})
+    lat = make_latency_model(cfg.model, cfg.gpu, 1)
+    shapes = [
+        StepShape([], [], 24, 24 * 1500 + k)
+        for k in range(64)  # decode-only, contexts growing
+    ] + [StepShape([512], [1024 + k], 16, 16 * 900 + k) for k in range(64)]  # one prefill chunk
+    n = 20_000
+    per = timeit.timeit(lambda: [lat.shape_time_s(s) for s in shapes], number=n // len(shapes))
+    print(f"step pricing: {per / n * 1e6:.2f} us per step ({lat.name}); goal <= 5 us")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="no 256-node run, one repeat")
+    ap.add_argument("--exact-steps", action="store_true", help="the reference driver")
+    ap.add_argument("--no-report", action="store_true", help="skip the report render timing")
     args = ap.parse_args()
-    default_study()
-    base = 150.0 if args.quick else 300.0
-    print("\nscaling (engine arm, 25 clients per node):")
-    print(f"{'nodes':>5} {'sim s':>6} {'wall s':>7} {'peak MB':>8} {'completed':>9}")
-    points = [(1, base), (8, base), (32, base), (4, base), (4, 2 * base), (4, 4 * base)]
-    for nodes, duration in points:
-        r = run_point(nodes, duration)
-        print(
-            f"{nodes:5d} {duration:6.0f} {r['wall_s']:7.1f} {r['peak_rss_mb']:8.0f} {r['completed']:9d}"
-        )
+    extra = ["--exact-steps"] if args.exact_steps else []
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="sim-speed-") as tmp:
+        work = Path(tmp)
+        step_pricing()
+        vidur_case(1 if args.quick else 3, extra, work)
+        events_per_request(args.exact_steps)
+        default_study(extra, work, report=not args.no_report)
+        if not args.quick:
+            large_run(args.exact_steps)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ class ModelledExecutor:
         self.transfer = transfer
 
     def run_step(self, node_id: int, step: Step, now: float) -> float:
-        step_s = self.latency.step_time_s(step.plan())
+        step_s = self.latency.shape_time_s(step.shape())
         if self.transfer is not None:  # pages on other nodes arrive before the step reads them
             step_s += self.transfer(node_id, step.items, now)
         return step_s

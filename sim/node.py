@@ -3,6 +3,14 @@
 The decision lives in `sim/scheduler.py` (pure, no SimPy); the price of a step comes from a
 `StepExecutor` (the latency model when simulating). This actor only keeps simulated time: it
 sleeps while nothing can run and wakes on new work or returning memory.
+
+Two drivers, one result. `exact_steps` (the reference) waits for a SimPy timeout per step. The
+default parks the step's end on the clock's step queue (`sim/clock.py`): the clock calls the
+node back at that time, in the same order among all events as the timeout would have fired, so
+every step is planned, priced, recorded (`on_step`) and applied at the same simulated time, with
+the same floats, in the same global order; a node step costs a heap push and pop instead of a
+SimPy event and a generator resumption. The loop is callbacks, not a generator, so both drivers
+share it.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import simpy
+from simpy.core import URGENT
 
 from sim.config import NodeConfig
 from sim.executor import StepExecutor
@@ -29,6 +38,7 @@ class Node:
         on_step: Callable[[int, float, float, Step], None] | None = None,
         on_crash: Callable[[int, list[Sequence]], None] | None = None,
         restart_s: float = 0.0,
+        exact_steps: bool = True,
     ):
         self.env = env
         self.node_id = node_id
@@ -40,10 +50,17 @@ class Node:
         self.restart_s = restart_s  # a crashed serving process is back after this long
         self.up_at = float("-inf")  # crashed: restarting until then (the router avoids it)
         self.num_crashes = 0
+        # The reference driver: one SimPy event per step. Else the step's end is parked on the
+        # clock's step queue (needs a sim.clock.Clock environment).
+        self.exact_steps = exact_steps
         self.num_steps = 0
         self.busy_s = 0.0
         self._wakeup = env.event()
-        self.process = env.process(self.serve())
+        self._in_flight: tuple[Step, float, float] | None = None  # (step, start, price)
+        start = env.event()  # the first pass runs as a new process's would (urgent, at once)
+        start.callbacks.append(self._serve)
+        start._ok, start._value = True, None
+        env.schedule(start, URGENT)
 
     # -- what the router and the metrics read --------------------------------------------------
     @property
@@ -97,48 +114,76 @@ class Node:
             self._wakeup.succeed()
 
     # -- the serve loop ------------------------------------------------------------------------
-    def serve(self):
+    def _serve(self, _event: simpy.Event | None = None) -> None:
+        """Run the serve loop at the clock's time until it must wait, then wait (a callback on
+        the event waited for: SimPy resumes it exactly where a process would resume)."""
+        if self._in_flight is not None:  # the event was the end of the step in flight
+            self._complete()
+        wait = self._advance()
+        if wait is not None:
+            wait.callbacks.append(self._serve)
+
+    def step_ended(self) -> None:
+        """The clock reached the end of this node's parked step (sim/clock.py)."""
+        self._serve()
+
+    def _advance(self) -> simpy.Event | None:
+        """One pass of the serve loop: plan a step and start it, or fall idle. Returns the event
+        to wait for, or None when the step is parked on the clock's step queue."""
         while True:
+            now = self.env.now
             if not self.scheduler.has_work():
-                yield from self._idle()
-                continue
-            step = self.scheduler.schedule(self.env.now)
+                wait = self._idle()
+                if wait is None:
+                    continue  # retired pages came back: try again now
+                return wait
+            step = self.scheduler.schedule(now)
             for seq in step.rejected:
                 self.on_finish(seq)
             if step.crashed:
-                yield from self._crash()
-                continue
+                return self._crash()
             if not step.items:  # nothing fits and nothing runs: wait for memory or new work
-                yield from self._idle()
-                continue
-            start = self.env.now
-            step_s = self.executor.run_step(self.node_id, step, start)
-            yield self.env.timeout(step_s)
-            self.busy_s += step_s
-            self.num_steps += 1
-            if self.on_step is not None:
-                self.on_step(self.node_id, start, step_s, step)
-            for seq in self.scheduler.apply(step, self.env.now):
-                self.on_finish(seq)
+                wait = self._idle()
+                if wait is None:
+                    continue
+                return wait
+            step_s = self.executor.run_step(self.node_id, step, now)
+            self._in_flight = (step, now, step_s)
+            if self.exact_steps:
+                return self.env.timeout(step_s)
+            self.env.park(now + step_s, self)  # type: ignore[attr-defined]
+            return None
 
-    def _crash(self):
+    def _complete(self) -> None:
+        """The step in flight ended at the clock's time: record it and apply it."""
+        assert self._in_flight is not None
+        step, start, step_s = self._in_flight
+        self._in_flight = None
+        self.busy_s += step_s
+        self.num_steps += 1
+        if self.on_step is not None:
+            self.on_step(self.node_id, start, step_s, step)
+        for seq in self.scheduler.apply(step, self.env.now):
+            self.on_finish(seq)
+
+    def _crash(self) -> simpy.Event:
         """No hole at the physical limit and cache.on_oom is crash (the article's CUDA OOM): the
         process dies with every request it held, and is down for restart_s."""
         self.num_crashes += 1
         self.up_at = self.env.now + self.restart_s
         self._lose(self.scheduler.crash())
-        yield self.env.timeout(self.restart_s)
+        return self.env.timeout(self.restart_s)
 
     def _lose(self, lost: list[Sequence]) -> None:
         if lost:
             assert self.on_crash is not None, "cache.on_oom crash needs an on_crash handler"
             self.on_crash(self.node_id, lost)
 
-    def _idle(self):
-        """No step is in flight: retired pages come back as their last readers exit (at once, or
-        after a wait); otherwise sleep until new work or memory arrives."""
+    def _idle(self) -> simpy.Event | None:
+        """No step is in flight: retired pages come back as their last readers exit (None: at
+        once, try again); otherwise sleep until new work or memory arrives (or pages return)."""
         self._wakeup = self.env.event()
         wait_s = self.kv.idle_reclaim(self.env.now)
         if wait_s == 0.0:
-            return  # pages came back: try again now
-        yield self._wakeup if wait_s is None else self._wakeup | self.env.timeout(wait_s)
+            return None
+        return self._wakeup if wait_s is None else self._wakeup | self.env.timeout(wait_s)

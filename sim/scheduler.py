@@ -195,15 +195,6 @@ class Scheduler:
                 finished.append(seq)
         return finished
 
-    def finishes_any(self, step: Step) -> bool:
-        """Would `apply(step)` finish a request? (Its rule, without applying.)"""
-        for seq, n, was_prefill in step.items:
-            if was_prefill and seq.num_computed + n < seq.prefill_target:
-                continue
-            if seq.num_generated + 1 >= seq.req.output_tokens:
-                return True
-        return False
-
     def finish(self, seq: Sequence, now: float) -> None:
         self.running.remove(seq)
         self.kv.free(seq)

@@ -18,6 +18,9 @@ class ConstantLatency:
     def step_time_s(self, plan) -> float:
         return self.step_s
 
+    def shape_time_s(self, shape) -> float:
+        return self.step_s
+
 
 def sim_node(env, node_id: int, cfg, kv, latency, on_finish, transfer=None):
     """A SimPy node over a pure scheduler, priced by `latency` (+ remote `transfer`)."""
