@@ -74,7 +74,7 @@ class SGLangCacheAware:
     def route(self, query: RouteQuery, views: Sequence[NodeView]) -> int:
         if self.tree is None:
             self.tree = ApproxPrefixTable(len(views))
-        self._maybe_trim(query)
+        self._maybe_trim(query, self.tree)
         choice = self._choose(query, views, self.tree)
         self.tree.insert(query.keys, choice)
         return choice
@@ -90,12 +90,12 @@ class SGLangCacheAware:
             return best
         return min(range(len(views)), key=lambda i: (tree.num_pages(i), i))
 
-    def _maybe_trim(self, query: RouteQuery) -> None:
+    def _maybe_trim(self, query: RouteQuery, tree: ApproxPrefixTable) -> None:
         interval = self.p.eviction_interval_s
         if interval > 0 and query.now_s - self._last_trim_s >= interval:
             self._last_trim_s = query.now_s
-            for node in range(self.tree.num_nodes):
-                self.tree.trim(node, self.p.max_tree_tokens // query.page_size)
+            for node in range(tree.num_nodes):
+                tree.trim(node, self.p.max_tree_tokens // query.page_size)
 
 
 class DecentralizedParams(PrefixAffinityParams):

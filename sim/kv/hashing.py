@@ -15,13 +15,17 @@ force collisions on purpose (the article's pitfall 1); level 2 (exact tokens) mu
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
+
+UInt64 = TypeVar("UInt64", np.ndarray, np.uint64)  # an array of uint64 or one
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _WEIGHTS: dict[int, np.ndarray] = {}  # page_size -> odd token weights (pure function of page_size)
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: UInt64) -> UInt64:
     """splitmix64 finaliser: a bijection of uint64 that spreads every input bit over the word."""
     x = x ^ (x >> np.uint64(30))
     x = x * np.uint64(0xBF58476D1CE4E5B9)

@@ -95,6 +95,16 @@ class IndexBase(ABC):
         self.num_indexed -= int(pages.size)
 
     @abstractmethod
+    def match(self, keys: np.ndarray, prompt: np.ndarray, max_pages: int) -> Match:
+        """The longest indexed prefix of this prompt, at most max_pages pages."""
+
+    @abstractmethod
+    def insert_chain(
+        self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray
+    ) -> list[int]:
+        """Index consecutive full pages under `parent`; returns the positions indexed."""
+
+    @abstractmethod
     def _forget(self, pages: np.ndarray) -> None:
         """Drop the pages from the lookup structure (the implementation's dicts)."""
 

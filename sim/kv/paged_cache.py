@@ -132,9 +132,10 @@ class PagedKVCache:
             return
         parent = pages[first - 1] if first else ROOT
         if first and not indexed[parent]:
-            parent = self.index.stand_in(int(keys[first - 1]))
-            if parent is None:
+            stand_in = self.index.stand_in(int(keys[first - 1]))
+            if stand_in is None:
                 return  # the chain is broken (a parent was not indexed): nothing below is reachable
+            parent = stand_in
         p = self.page_size
         chunk = pages[first:end]
         chunk_keys = keys[first:end].tolist()

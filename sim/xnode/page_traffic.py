@@ -42,10 +42,12 @@ class PageTraffic:
         if not reads and not writes:
             return 0.0
         total = self.network.transfer(owner, _merge(reads), _merge(writes), now, index)
+        cost = self.network.last_cost
+        assert cost is not None  # transfer() just priced this step
         for rec in decoding:  # what a token of a placed request waits for, against the bound
             rec.decode_steps += 1
             rec.decode_transfer_s += total
-            rec.decode_wire_s += self.network.last_cost.wire_s
+            rec.decode_wire_s += cost.wire_s
         return total
 
     def _flows(self, rec: Record, ctx: int, n: int, reads: dict, writes: dict, index: dict) -> None:
