@@ -38,6 +38,7 @@ from kvsched.outdir import (
     replace_dir,
 )
 from policies import make_policy
+from policies.registry import CONFIG_KINDS
 from sim import __version__
 from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, deep_merge, parse_config
@@ -128,7 +129,7 @@ def _check_arm_dirs(names: list[str]) -> None:
 def _check_names(cfg: ExperimentConfig, source: str) -> None:
     """Build every named policy and the workload once, so a bad name or parameter fails before any run."""
     try:
-        for kind in ("routing", "eviction", "admission"):
+        for kind in CONFIG_KINDS:
             make_policy(kind, getattr(cfg.policies, kind), np.random.default_rng(0))
         make_workload(cfg.workload.name, cfg.workload.params, np.random.default_rng(0))
     except ConfigError as err:

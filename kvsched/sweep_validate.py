@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from kvsched.experiment import BUILTIN_ARMS, resolve_arms
-from policies.registry import REGISTRY, make_policy
+from policies.registry import CONFIG_KINDS, REGISTRY, make_policy
 from sim.config import ConfigError, ExperimentConfig, format_validation_error, parse_config
 from sim.strict_input import number_error
 from workloads.registry import WORKLOADS
@@ -37,7 +37,7 @@ def validate(config: dict, source: str = "config") -> ExperimentConfig:
     and whether the model's weights fit the node."""
     cfg = parse_config(config, source=source)
     rng = np.random.default_rng(0)
-    for kind in REGISTRY:
+    for kind in CONFIG_KINDS:
         make_policy(kind, getattr(cfg.policies, kind), rng)
     params_model = _params_model(("workload",), cfg.workload.name)
     if params_model is None:
@@ -60,7 +60,7 @@ def expand(cfg: ExperimentConfig) -> dict:
     """JSON dump of a valid config with every params dict filled with its defaults; no arms."""
     d = cfg.model_dump(mode="json")
     d["arms"] = {}
-    for kind in REGISTRY:
+    for kind in CONFIG_KINDS:
         spec = d["policies"][kind]
         spec["params"] = (
             _params_model(("policies", kind), spec["name"])

@@ -38,6 +38,8 @@ SCHEDULING = {
     "longest_context": scheduling.LongestContext,
 }
 PLACEMENT = {"spill": placement.Spill, "shard": placement.Shard}
+# Kinds chosen in the config's `policies:` section; placement is chosen by `placement.policy`.
+CONFIG_KINDS = ("routing", "eviction", "admission", "scheduling")
 REGISTRY: dict[str, dict[str, Any]] = {  # kind -> name -> policy class
     "routing": ROUTING,
     "eviction": EVICTION,
