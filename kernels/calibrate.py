@@ -89,11 +89,11 @@ PAGE_SIZE = 16
 
 
 def model_shapes(name: str) -> dict:
-    from sim.presets import MODEL_PRESETS
+    from kernels.shapes import MODEL_SHAPES
 
-    if name not in MODEL_PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; known: {sorted(MODEL_PRESETS)}")
-    return MODEL_PRESETS[name]
+    if name not in MODEL_SHAPES:
+        raise ValueError(f"unknown model preset {name!r}; known: {sorted(MODEL_SHAPES)}")
+    return MODEL_SHAPES[name]
 
 
 def shard_shapes(preset: dict, tp: int) -> dict[str, int]:

@@ -27,8 +27,6 @@ APPLICATIONS = {"kvsched", "benchmarks"}
 # Known breaches, each with the change that removes it; a fixed one must leave this list (a test
 # says so), and nothing may be added without such a note.
 KNOWN_VIOLATIONS = {
-    # issue 12 item 5: model shapes as plain data in kernels/ (e.g. kernels/shapes.py)
-    ("kernels/calibrate.py", "sim"),
     # the serve entry composes policies and workloads: it belongs in the application (kvsched/),
     # or takes make_policy / the workload as arguments
     ("engine/serve.py", "policies"),

@@ -1,0 +1,9 @@
+"""kernels/ carries the model shapes as plain data; they must equal the simulator's presets."""
+
+from kernels.shapes import MODEL_SHAPES
+from sim.presets import MODEL_PRESETS
+
+
+def test_kernel_shapes_equal_the_simulator_presets():
+    assert MODEL_SHAPES == {name: MODEL_PRESETS[name] for name in MODEL_SHAPES}
+    assert set(MODEL_SHAPES) == set(MODEL_PRESETS)
