@@ -6,4 +6,4 @@ from sim.presets import MODEL_PRESETS
 
 def test_kernel_shapes_equal_the_simulator_presets():
     presets = {name: MODEL_PRESETS[name] for name in MODEL_PRESETS}
-    assert MODEL_SHAPES == presets
+    assert presets == MODEL_SHAPES
