@@ -25,6 +25,7 @@ from kvsched.sweep_spec import Point, Sweep, load_sweep
 from kvsched.sweep_store import FAILED, TABLE_CSV, SweepStore
 from sim.config import ConfigError
 
+MAX_WORKERS = 1024  # local processes or Ray CPUs one sweep may ask for
 TABLE_EVERY_S = 1.0  # rebuild sweep.csv at most this often while points finish (and at the end)
 
 
@@ -153,8 +154,8 @@ def cmd_sweep(args) -> int:
 
 
 def check_backend_args(args) -> None:
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError("--workers: must be at least 1")
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers: must be from 1 to {MAX_WORKERS} (the bound)")
     if args.ray_address and args.backend != "ray":
         raise ConfigError("--ray-address: only with --backend ray")
 

@@ -532,6 +532,34 @@ def _(r):
     return ["check", "out", "--baseline", "plain.txt/b.json", "--update"]
 
 
+@case("timeline-not-a-run")
+def _(r):
+    return ["timeline", "mine", "--out", "report-t.json"]
+
+
+@case("timeline-window-nan")
+def _(r):
+    earlier_run(r)
+    return ["timeline", "out", "--out", "report-t.json", "--start", "nan"]
+
+
+@case("timeline-over-user-dir")
+def _(r):
+    earlier_run(r)
+    return ["timeline", "out", "--out", "mine"]
+
+
+@case("validate-not-a-run")
+def _(r):
+    return ["validate", "mine"]
+
+
+@case("validate-random-bytes-dir")
+def _(r):
+    write(r, "v/summary.json", bytes(range(256)))
+    return ["validate", "v"]
+
+
 # -- commands -------------------------------------------------------------------------------
 @case("bench-help", allowed=(0, 2))
 def _(r):
