@@ -30,11 +30,11 @@ from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, parse_config
 from sim.kv.manager import paged_kv_from_config
 from sim.latency import LatencyModel, make_latency_model
-from sim.metrics import request_frame
+from sim.metrics import REQUEST_COLUMNS, request_frame
 from sim.request import Request, Workload
 from sim.scheduler import Scheduler
 from sim.sequence import Sequence, new_sequence
-from sim.steps import step_plan
+from sim.steps import STEP_COLUMNS, step_plan
 from workloads.registry import make_workload
 
 ARM = "engine"
@@ -55,7 +55,17 @@ def load_engine_run(run_dir: Path) -> EngineRun:
         if not (arm / name).is_file():
             raise ConfigError(f"{run_dir}: not an engine run (no {ARM}/{name})")
     cfg = parse_config(json.loads((arm / "config.json").read_text()), source=str(arm))
-    return EngineRun(cfg, pd.read_csv(arm / "requests.csv"), pd.read_csv(arm / "steps.csv"))
+    requests, steps = pd.read_csv(arm / "requests.csv"), pd.read_csv(arm / "steps.csv")
+    for name, frame, columns in (
+        ("requests.csv", requests, REQUEST_COLUMNS),
+        ("steps.csv", steps, STEP_COLUMNS),
+    ):
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise ConfigError(
+                f"{arm / name}: missing columns {', '.join(missing)} (written by an older engine?)"
+            )
+    return EngineRun(cfg, requests, steps)
 
 
 def workload_requests(cfg: ExperimentConfig) -> tuple[list[Request], int | None]:
