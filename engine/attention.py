@@ -1,5 +1,5 @@
 """Attention over the paged pool: decode through kernels/paged_decode, prefill chunks through
-kernels/paged_prefill once it exists, else through `paged_prefill_torch` (gather + SDPA).
+kernels/paged_prefill; `paged_prefill_torch` (gather + SDPA) is the plain-torch reference path.
 
 A prefill chunk of n new tokens after c cached ones attends causally, aligned bottom-right:
 new token j (position c + j) sees positions 0 .. c + j. The chunk's own K/V are already in
@@ -13,12 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from kernels.paged_decode import paged_decode_attention
-
-try:  # the Triton kernel (Kernels II); the torch path below has the same signature
-    from kernels.paged_prefill import paged_prefill_attention as _paged_prefill_kernel
-    from kernels.paged_prefill import plan_prefill
-except ImportError:  # pragma: no cover - depends on the tree
-    _paged_prefill_kernel = plan_prefill = None
+from kernels.paged_prefill import PrefillPlan, paged_prefill_attention, plan_prefill
 
 
 def gather_pages(pool: torch.Tensor, pages: torch.Tensor, num_tokens: int) -> torch.Tensor:
@@ -67,13 +62,14 @@ def paged_prefill_torch(
     return out
 
 
-paged_prefill_attention = _paged_prefill_kernel or paged_prefill_torch
-PREFILL_BACKEND = "triton" if _paged_prefill_kernel is not None else "torch"
+PREFILL_BACKEND = "triton"  # paged_prefill_attention: the Triton kernel (the torch path: tests)
 
 
-def prefill_plan(q_lens: list[int], seq_lens: list[int], num_kv_heads: int, group: int, device):
+def prefill_plan(
+    q_lens: list[int], seq_lens: list[int], num_kv_heads: int, group: int, device
+) -> PrefillPlan | None:
     """The kernel's host-side work list, built once per step and reused by every layer."""
-    if plan_prefill is None or not q_lens:
+    if not q_lens:
         return None
     return plan_prefill(q_lens, seq_lens, num_kv_heads, group, device=device)
 

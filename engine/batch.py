@@ -7,9 +7,13 @@ contiguous block of query rows and the prefill kernel the rest.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from kernels.paged_prefill import PrefillPlan
 
 
 @dataclass(slots=True)
@@ -40,7 +44,7 @@ class StepInputs:
     prefill_lens: torch.Tensor  # [chunks] int32: context + chunk
     prefill_q_lens: list[int]  # host copies (the prefill kernel's work list is built from them)
     prefill_seq_lens: list[int]
-    prefill_plan: object = None  # kernels.paged_prefill.PrefillPlan, set by the model
+    prefill_plan: PrefillPlan | None = None  # set by the model
     decode_num_splits: int | None = None  # fixed split count (CUDA graphs); None: per step
 
     @property
@@ -83,13 +87,15 @@ def build_step(works: list[SeqWork], page_size: int, device: torch.device | str)
     counts = np.array([len(w.tokens) for w in ordered], dtype=np.int64)
     assert all(len(w.tokens) == 1 for w in decodes), "a decode computes one token"
     ends = np.cumsum(counts)
-    positions = [np.arange(w.context, w.context + len(w.tokens), dtype=np.int64) for w in ordered]
-    pages = [
-        np.asarray(w.pages, dtype=np.int64)[p // page_size]
-        for w, p in zip(ordered, positions, strict=True)
+    position_rows = [
+        np.arange(w.context, w.context + len(w.tokens), dtype=np.int64) for w in ordered
     ]
-    positions = np.concatenate(positions or [np.zeros(0, dtype=np.int64)])
-    pages = np.concatenate(pages or [np.zeros(0, dtype=np.int64)])
+    page_rows = [
+        np.asarray(w.pages, dtype=np.int64)[p // page_size]
+        for w, p in zip(ordered, position_rows, strict=True)
+    ]
+    positions = np.concatenate(position_rows or [np.zeros(0, dtype=np.int64)])
+    pages = np.concatenate(page_rows or [np.zeros(0, dtype=np.int64)])
     last_row = np.empty(len(works), dtype=np.int64)
     last_row[order] = ends - 1
     longs = np.concatenate(

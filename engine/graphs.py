@@ -36,7 +36,7 @@ class DecodeGraphs:
         self.tables = torch.full((b, self.width), scratch_page, dtype=torch.int32, device=dev)
         self.lens = torch.ones(b, dtype=torch.int32, device=dev)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.mempool = None
+        self.mempool: tuple[int, int] | None = None  # torch.cuda.graph_pool_handle()
         self.longs[2].fill_(scratch_page)
 
     def _inputs(self, n: int) -> StepInputs:
