@@ -15,7 +15,7 @@ from reports import plots_cluster, plots_latency
 from reports.catalog import HEADLINE, fmt, header, metric, number
 from reports.figures import style
 from reports.html import CSS
-from reports.output import write_output
+from reports.output import check_output, write_output
 from reports.rundata import Arm, Run, load_run
 from sim.config import ConfigError
 
@@ -149,12 +149,17 @@ def compare_html(pairs: list[tuple[Arm, Arm]], spec_a: str, spec_b: str) -> str:
     )
 
 
+COMPARE_SIGNATURE = "<title>kvsched compare"  # an existing --out is replaced only if it has it
+
+
 def run_compare(spec_a: str, spec_b: str, out: str | None) -> int:
     frames = out is not None
+    if out:
+        check_output(Path(out), "--out", signature=COMPARE_SIGNATURE)  # before the work
     pairs = pair_arms(parse_side(spec_a, frames), parse_side(spec_b, frames))
     print("\n\n".join(terminal_table(a, b) for a, b in pairs))
     if out:
         html = compare_html(pairs, spec_a, spec_b)
-        write_output(Path(out), html, "--out", signature="<title>kvsched compare")
+        write_output(Path(out), html, "--out", signature=COMPARE_SIGNATURE)
         print(f"compare page: {out}")
     return 0

@@ -16,7 +16,7 @@ from pathlib import Path
 from reports import plots_cluster, plots_gantt, plots_latency, studies, tables
 from reports.catalog import number
 from reports.figures import style
-from reports.output import write_output
+from reports.output import check_output, write_output
 from reports.rundata import Arm, Run, all_arms, load_runs
 
 CSS = """
@@ -175,9 +175,13 @@ def _duration(arms: list[Arm]) -> str:
     return " / ".join(f"{v:g} s" for v in sorted(values)) or "unknown duration"
 
 
+REPORT_SIGNATURE = "<title>kvsched report"  # an existing --out is replaced only if it has it
+
+
 def write_report(
     run_dirs: list[Path], out: Path, gantt_window: tuple[float, float] | None = None
 ) -> Path:
     """Read the run directories and write one HTML file; returns its path."""
+    check_output(Path(out), "--out", signature=REPORT_SIGNATURE)  # before the rendering work
     text = render(load_runs(list(run_dirs)), gantt_window)
-    return write_output(Path(out), text, "--out", signature="<title>kvsched report")
+    return write_output(Path(out), text, "--out", signature=REPORT_SIGNATURE)

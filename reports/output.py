@@ -18,7 +18,8 @@ from sim.rundir import MARKER, marker_text
 SIGNATURE_BYTES = 4096  # where a signature must appear (the head of an HTML page)
 
 
-def write_output(path: Path, text: str, flag: str, signature: str | None) -> Path:
+def check_output(path: Path, flag: str, signature: str | None) -> None:
+    """Fail before any work if `path` cannot be written or is someone else's file."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{flag}: {path} is a directory; give a file name")
@@ -30,6 +31,14 @@ def write_output(path: Path, text: str, flag: str, signature: str | None) -> Pat
         raise ConfigError(
             f"{flag}: {path} exists and was not written by kvsched; choose a new path"
         )
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"{flag}: {above} is not a directory")
+
+
+def write_output(path: Path, text: str, flag: str, signature: str | None) -> Path:
+    path = Path(path)
+    check_output(path, flag, signature)
     _make_parents(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -510,7 +510,7 @@ def _(r):
 @case("report-twice-replaces-its-own", allowed=(0,))
 def _(r):
     earlier_run(r)
-    assert check_case(["report", "out", "--out", "report-a/r.html"], r, allowed=(0,))[0] == 0
+    write(r, "report-a/r.html", "<!doctype html><html><head><title>kvsched report: old</title>")
     return ["report", "out", "--out", "report-a/r.html"]
 
 
