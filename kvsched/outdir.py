@@ -92,7 +92,8 @@ def check_writable(path: Path, kind: str, flag: str = "--out") -> None:
         return
     found_text = f"a kvsched {found} directory" if found else f"no {MARKER} marker"
     hint = "choose a new path"
-    if found is None and (path / "run_info.json").is_file():  # a run from before the markers
+    made_by_us = any((path / n).is_file() for n in ("run_info.json", "sweep.json"))
+    if found is None and made_by_us:  # a run or sweep from before the markers
         hint += f', or mark it as yours to replace: echo \'{{"kind": "{kind}"}}\' > {path / MARKER}'
     raise ConfigError(
         f"{flag}: {path} exists and is not a kvsched {kind} directory ({found_text}); "
