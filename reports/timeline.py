@@ -90,6 +90,14 @@ def _number(value) -> int | float:
     return int(value) if float(value).is_integer() else round(float(value), 9)
 
 
+def _request(value) -> int | str:
+    """A request id as requests.csv holds it: an integer, or a trace's own text id ("req-1")."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _steps(tl: Timeline) -> list[dict]:
     if tl.steps is None:
         return []
@@ -119,11 +127,14 @@ def _requests(tl: Timeline) -> tuple[list[dict], list[int]]:
         if r.node >= 0:
             by_node.setdefault(int(r.node), []).append((r, request_phases(r, tl.start_s, tl.end_s)))
         elif tl.start_s <= r.arrival_s <= tl.end_s:  # never placed: it failed at the router
-            args = {"request": int(r.request_id), "status": str(getattr(r, "status", "failed"))}
+            args = {
+                "request": _request(r.request_id),
+                "status": str(getattr(r, "status", "failed")),
+            }
             out.append(_instant("failed", "crash", ROUTER_PID, 0, r.arrival_s, args))
         if r.node >= 0 and pd_ok(r.routed_s) and tl.start_s <= r.routed_s <= tl.end_s:
             wait_ms = round((r.routed_s - r.arrival_s) * 1e3, 3)
-            args = {"request": int(r.request_id), "node": int(r.node), "wait_ms": wait_ms}
+            args = {"request": _request(r.request_id), "node": int(r.node), "wait_ms": wait_ms}
             out.append(_instant("route", "router", ROUTER_PID, 0, r.routed_s, args))
     for node, items in by_node.items():
         items = [(r, ph) for r, ph in items if ph]
@@ -133,7 +144,7 @@ def _requests(tl: Timeline) -> tuple[list[dict], list[int]]:
             pid, tid = node + 1, FIRST_LANE_TID + lane
             out.append(
                 _slice(
-                    f"request {int(r.request_id)}",
+                    f"request {_request(r.request_id)}",
                     "request",
                     pid,
                     tid,
@@ -152,7 +163,7 @@ def pd_ok(value) -> bool:
 
 def _request_args(r) -> dict:
     keys = ["tag", "prompt_tokens", "cached_tokens", "output_tokens", "preemptions", "status"]
-    args: dict[str, str | int] = {"request": int(r.request_id)}
+    args: dict[str, str | int] = {"request": _request(r.request_id)}
     for key in keys:
         value = getattr(r, key, None)
         if pd_ok(value):
@@ -172,7 +183,7 @@ def _events(tl: Timeline) -> list[dict]:
                 int(e.node) + 1,
                 EVENTS_TID,
                 e.time_s,
-                {"request": int(e.request_id), "value": int(e.value)},
+                {"request": _request(e.request_id), "value": int(e.value)},
             )
             for e in tl.events.itertuples(index=False)
         ]
@@ -227,7 +238,11 @@ def _transfers(tl: Timeline) -> list[dict]:
     out = []
     for t in tl.transfers.itertuples(index=False):
         a, b = max(t.start_s, tl.start_s), min(t.end_s, tl.end_s)
-        args = {"request": int(t.request_id), "to_node": int(t.dst_node), "bytes": int(t.bytes)}
+        args = {
+            "request": _request(t.request_id),
+            "to_node": int(t.dst_node),
+            "bytes": int(t.bytes),
+        }
         out.append(
             _slice(
                 f"{t.kind} -> node {int(t.dst_node)}",

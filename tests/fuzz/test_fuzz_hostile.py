@@ -595,6 +595,9 @@ def test_string_request_ids_stay_text(tmp_path):
 
     ids = set(pd.read_csv(next(tmp_path.glob("out/*/requests.csv")), dtype=str).request_id)
     assert ids <= {"req-0", "req-1", "req-2"} and ids
+    timeline = ["timeline", "out", "--out", "out-timeline.json"]
+    assert check_case(timeline, tmp_path, allowed=(0,))[0] == 0
+    assert '"request":"req-0"' in (tmp_path / "out-timeline.json").read_text()
 
 
 def test_replacing_a_run_keeps_nothing_stale(tmp_path):
