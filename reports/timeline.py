@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from reports.timeline_data import Timeline, assign_lanes, load_timeline, request_phases
 
@@ -165,9 +166,9 @@ def _request_args(r) -> dict:
     keys = ["tag", "prompt_tokens", "cached_tokens", "output_tokens", "preemptions", "status"]
     args: dict[str, str | int] = {"request": _request(r.request_id)}
     for key in keys:
-        value = getattr(r, key, None)
+        value: Any = getattr(r, key, None)  # a pandas scalar (or absent)
         if pd_ok(value):
-            args[key] = value if isinstance(value, str) else int(value)  # type: ignore[arg-type]
+            args[key] = value if isinstance(value, str) else int(value)
     return args
 
 
