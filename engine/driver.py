@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.runner import GpuExecutor, StepRecord
+from engine.runner import GpuExecutor
+from sim.steps import step_row
 
 IDLE_POLL_S = 0.0005  # an idle loop re-checks memory that may come back this often
 SPIN_S = 0.0005  # sleep until this close to an arrival, then spin (sleep overshoots ~0.1 ms)
@@ -41,7 +42,7 @@ class Scheduler(Protocol):
 @dataclass
 class RunResult:
     sequences: list = field(default_factory=list)
-    steps: list[StepRecord] = field(default_factory=list)
+    steps: list[tuple] = field(default_factory=list)  # sim.steps.step_row + gpu_s, prep_s, sched_s
     wall_s: float = 0.0
 
 
@@ -130,14 +131,15 @@ class WallClockDriver:
                 self._idle(next_arrival)
                 continue
             start = self.now()
-            _, record = self.executor.run(step.items, start)
+            timing, _ = self.executor.run(step.items)
             end = self.now()
             if end > self.duration_s:
                 break  # still in flight when the run ends
+            row = step_row(0, len(self.result.steps), start, timing.duration_s, step)
             t = time.perf_counter()
             finished = self.scheduler.apply(step, end)
-            record.sched_s = sched_s + time.perf_counter() - t
-            self.result.steps.append(record)
+            sched_s += time.perf_counter() - t
+            self.result.steps.append((*row, timing.gpu_s, timing.prep_s, sched_s))
             for seq in finished:
                 self.executor.forget(seq)
                 if self._on_done is not None:

@@ -1,19 +1,19 @@
-"""An engine run directory in the simulator's schema, plus steps.csv.
+"""An engine run directory in the simulator's schema, plus measured steps.
 
     <out>/config.json          the config as given
     <out>/engine/config.json   resolved config
-    <out>/engine/requests.csv  sim.metrics.REQUEST_COLUMNS, one row per request
-    <out>/engine/steps.csv     engine.runner.STEP_COLUMNS, one row per applied step
+    <out>/engine/requests.csv  sim.metrics.request_frame: one row per request
+    <out>/engine/steps.csv     sim.steps.STEP_COLUMNS + engine.runner.ENGINE_STEP_COLUMNS
     <out>/summary.json         {"arms": {"engine": metrics}, "latency_model": "measured:<device>", ...}
     <out>/run_info.json        wall time and date
 
-The serving metrics use sim.metrics.summarize's names and formulas (times in ms, throughputs per
-second of the run's duration) until sim offers a writer that takes sequences without a Cluster.
+The rows are sim's own writers', so `kvsched validate` and reports/ read an engine run as they
+read a simulated one. The summary keeps sim.metrics.summarize's names and formulas for the
+serving metrics (times in ms, throughputs per second of `duration_s`) plus step statistics.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import shutil
@@ -21,22 +21,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from engine import attention
-from engine.runner import STEP_COLUMNS
-from sim.metrics import REQUEST_COLUMNS
+from engine.runner import ENGINE_STEP_COLUMNS
+from sim.metrics import request_frame
 from sim.sequence import Status
+from sim.steps import STEP_COLUMNS
 
 ARM = "engine"
-
-
-def _request_row(s) -> list:
-    return [
-        s.req.request_id, ARM, s.node, s.req.tag, s.arrival_s, s.first_token_s, s.finish_s,
-        s.prompt_tokens, s.cached_tokens, s.num_generated, s.preemptions, s.false_hits,
-        s.wrong_reuse_tokens, s.status.value, s.routed_s, s.use_after_free,
-    ]  # fmt: skip
 
 
 def _pct(x: np.ndarray, q: float) -> float:
@@ -52,6 +46,10 @@ def _dist(name: str, x: np.ndarray) -> dict:
     }
 
 
+def steps_frame(result) -> pd.DataFrame:
+    return pd.DataFrame(result.steps, columns=STEP_COLUMNS + ENGINE_STEP_COLUMNS)
+
+
 def metrics(cfg, result, kv, num_preemptions: int) -> dict:
     done = [s for s in result.sequences if s.status is Status.FINISHED]
     arr = lambda f: np.array([f(s) for s in done], dtype=np.float64)  # noqa: E731
@@ -59,7 +57,8 @@ def metrics(cfg, result, kv, num_preemptions: int) -> dict:
     e2el = arr(lambda s: (s.finish_s - s.arrival_s) * 1e3)
     multi = [s for s in done if s.num_generated > 1]
     tpot = np.array([(s.finish_s - s.first_token_s) * 1e3 / (s.num_generated - 1) for s in multi])
-    steps = np.array([r.duration_s for r in result.steps]) * 1e3
+    frame = steps_frame(result)
+    steps = frame.duration_s.to_numpy() * 1e3
     out_tok, prompt_tok = sum(s.num_generated for s in done), sum(s.prompt_tokens for s in done)
     d = cfg.duration_s
     count = lambda st: sum(s.status is st for s in result.sequences)  # noqa: E731
@@ -80,12 +79,8 @@ def metrics(cfg, result, kv, num_preemptions: int) -> dict:
         "num_steps": len(result.steps),
         **_dist("step_ms", steps),
         "busy_share": float(steps.sum() / 1e3 / d),
-        "mean_prep_ms": float(np.mean([r.prep_s for r in result.steps]) * 1e3)
-        if steps.size
-        else 0.0,
-        "mean_sched_ms": float(np.mean([r.sched_s for r in result.steps]) * 1e3)
-        if steps.size
-        else 0.0,
+        "mean_prep_ms": float(frame.prep_s.mean() * 1e3) if steps.size else 0.0,
+        "mean_sched_ms": float(frame.sched_s.mean() * 1e3) if steps.size else 0.0,
         "wall_s": result.wall_s,
     }
 
@@ -100,14 +95,9 @@ def write_run(out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int) -
     (tmp / ARM).mkdir(parents=True)
     _json(tmp / "config.json", raw)
     _json(tmp / ARM / "config.json", cfg.model_dump(mode="json"))
-    with open(tmp / ARM / "requests.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(REQUEST_COLUMNS)
-        w.writerows(_fmt(_request_row(s)) for s in result.sequences)
-    with open(tmp / ARM / "steps.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(STEP_COLUMNS)
-        w.writerows(_fmt([getattr(r, c) for c in STEP_COLUMNS]) for r in result.steps)
+    frame = request_frame(result.sequences, ARM)
+    frame.to_csv(tmp / ARM / "requests.csv", index=False, float_format="%.6f")
+    steps_frame(result).to_csv(tmp / ARM / "steps.csv", index=False, float_format="%.6f")
     summary = {
         "arms": {ARM: metrics(cfg, result, kv, num_preemptions)},
         "latency_model": f"measured:{_device()}",
@@ -122,10 +112,6 @@ def write_run(out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int) -
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return summary
-
-
-def _fmt(row: list) -> list:
-    return [f"{v:.6f}" if isinstance(v, float) else v for v in row]
 
 
 def _json(path: Path, data: dict) -> None:

@@ -34,28 +34,18 @@ from engine.warmup import warm_up
 from engine.weights import random_weights
 from policies import make_policy
 from sim.config import load_config_file, parse_config
-from sim.kv.hashing import page_keys
 from sim.kv.manager import paged_kv_from_config
 from sim.latency import make_latency_model
 from sim.scheduler import Scheduler
-from sim.sequence import Sequence, Status
+from sim.sequence import Sequence, Status, new_sequence
 from workloads.registry import make_workload
 
 
 def _sequence_factory(cfg, kv, headroom_tokens: int):
-    page = cfg.cache.page_size
-
     def make(req, arrival_s: float) -> Sequence:
-        seq = Sequence(
-            req=req, keys=page_keys(req.prompt, page, cfg.cache.hash_bits), arrival_s=arrival_s
-        )
-        usable = kv.capacity_tokens() - headroom_tokens
-        if cfg.cache.protected_zone:
-            usable -= int(cfg.cache.protected_max_fraction * kv.capacity_tokens())
-        total = seq.prompt_tokens + req.output_tokens
-        if -(-total // page) * page > usable:  # as sim's cluster: it could never be placed
+        seq = new_sequence(req, cfg.cache.page_size, cfg.cache.hash_bits, arrival_s)
+        if not kv.can_ever_fit(seq, headroom_tokens):  # as sim's cluster: fail it at once
             seq.status, seq.finish_s = Status.FAILED, arrival_s
-            seq.drop_tokens()
         return seq
 
     return make
@@ -92,7 +82,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--out-root", required=True)
-    ap.add_argument("--warmup-steps", type=int, default=20)
+    ap.add_argument("--warmup-steps", type=int, default=20, help="random steps after the grid")
+    ap.add_argument("--no-warmup", action="store_true", help="skip the warm-up (CPU smoke runs)")
     ap.add_argument("--graphs", action="store_true", help="CUDA graphs for decode-only steps")
     args = ap.parse_args()
     raws = [load_config_file(p) for p in args.config]
@@ -108,7 +99,7 @@ def main() -> None:
     # One page past sim's pool: the scratch page padded graph rows write to.
     pool = KVPool(shape.num_layers, num_pages + 1, shape.num_kv_heads, page, shape.head_dim, device)
     model = PagedModel(shape, weights, pool)
-    warm = warm_up(model, args.warmup_steps, seed=cfgs[0].seed)
+    warm = 0.0 if args.no_warmup else warm_up(model, args.warmup_steps, seed=cfgs[0].seed)
     graphs = None
     if args.graphs:
         graphs = DecodeGraphs(model, max(c.cache.max_model_len for c in cfgs), num_pages)

@@ -8,16 +8,19 @@ counts are the KV manager's own.
 import json
 
 import numpy as np
+import pandas as pd
 import torch
 
 from engine.kv_pool import KVPool
 from engine.model import PagedModel
 from engine.reference import reference_logits
-from engine.runner import GpuExecutor
+from engine.runner import ENGINE_STEP_COLUMNS, GpuExecutor
 from engine.serve import serve_one
 from engine.shape import TINY, ModelShape
 from engine.weights import random_weights
 from sim.config import parse_config
+from sim.metrics import REQUEST_COLUMNS
+from sim.steps import STEP_COLUMNS
 
 RAW = {
     "name": "engine-tiny",
@@ -52,29 +55,38 @@ def test_engine_run_matches_reference_and_counts_cache_hits(tmp_path, monkeypatc
     weights = random_weights(shape, 0, "cpu")
     num_pages = cfg.kv_capacity_bytes // (16 * cfg.model.kv_bytes_per_token)
     pool = KVPool(shape.num_layers, num_pages, shape.num_kv_heads, 16, shape.head_dim, "cpu")
-    outputs: dict[int, list[int]] = {}
-    prompts: dict[int, np.ndarray] = {}
-    forget = GpuExecutor.forget
+    samples: dict[int, list[tuple[int, int]]] = {}  # request id -> (position, sampled token)
+    ids: dict[int, np.ndarray] = {}
+    run, forget = GpuExecutor.run, GpuExecutor.forget
 
-    def keep(self, seq):  # record outputs before the executor drops them
-        outputs[seq.req.request_id] = list(self.generated[seq.req.request_id])
-        prompts[seq.req.request_id] = seq.req.prompt % TINY.vocab_size
+    def recording_run(self, items):
+        timing, sampled = run(self, items)
+        for (seq, n, _), token in zip(items, sampled, strict=True):
+            samples.setdefault(seq.req.request_id, []).append((seq.num_computed + n - 1, token))
+        return timing, sampled
+
+    def keep(self, seq):  # the ids it fed, before the executor drops them
+        ids[seq.req.request_id] = self._ids[seq.req.request_id].copy()
         forget(self, seq)
 
+    monkeypatch.setattr(GpuExecutor, "run", recording_run)
     monkeypatch.setattr(GpuExecutor, "forget", keep)
     summary = serve_one(cfg, RAW, PagedModel(shape, weights, pool), tmp_path / "run")
     eng = summary["arms"]["engine"]
     assert eng["completed"] == 8 and eng["prefix_hit_rate"] > 0
     agree = total = 0
-    for rid, out in outputs.items():
-        seq = torch.tensor(np.concatenate([prompts[rid], out[:-1]]))
-        ref = reference_logits(shape, weights, seq)[len(prompts[rid]) - 1 :].argmax(-1)
-        agree += int((ref == torch.tensor(out)).sum())
-        total += len(out)
+    for rid, seq_ids in ids.items():
+        positions, sampled = zip(*samples[rid], strict=True)
+        ref = reference_logits(shape, weights, torch.tensor(seq_ids[: max(positions) + 1]))
+        agree += int((ref[list(positions)].argmax(-1) == torch.tensor(sampled)).sum())
+        total += len(sampled)
     assert agree >= 0.95 * total, f"{agree}/{total} greedy tokens agree with the reference"
-    rows = (tmp_path / "run" / "engine" / "requests.csv").read_text().splitlines()
-    steps = (tmp_path / "run" / "engine" / "steps.csv").read_text().splitlines()
-    assert len(steps) - 1 == eng["num_steps"] > 0
+    run_dir = tmp_path / "run" / "engine"
+    requests = pd.read_csv(run_dir / "requests.csv")
+    steps = pd.read_csv(run_dir / "steps.csv")
+    assert list(requests.columns) == REQUEST_COLUMNS
+    assert list(steps.columns) == STEP_COLUMNS + ENGINE_STEP_COLUMNS
+    assert len(steps) == eng["num_steps"] > 0
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["arms"]["engine"]
-    cached = [int(r.split(",")[8]) for r in rows[1:]]
-    assert max(cached) >= 32  # two full pages of a group's system prompt
+    assert requests.cached_tokens.max() >= 32  # two full pages of a group's system prompt
+    assert steps.cached_tokens.sum() == requests.cached_tokens.sum()
