@@ -176,6 +176,7 @@ class Cluster:
 
     def _open_loop(self, requests: Iterator[Request]):
         for req in requests:
+            assert req.arrival_s is not None  # an open-loop workload stamps every request
             if req.arrival_s >= self.cfg.duration_s:
                 return
             if req.arrival_s > self.env.now:

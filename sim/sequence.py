@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.kv.hashing import page_keys
 from sim.request import Request
+
+if TYPE_CHECKING:
+    import simpy
+
+    from sim.kv.index_base import Match
 
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
@@ -51,8 +57,8 @@ class Sequence:
     last_read_s: float = float("-inf")  # end of the last step that read this request's KV
     kv_tokens: int = 0  # tokens its pages hold or are being written this step (paged)
     oom_blocked: bool = False
-    done: object = None  # closed loop: SimPy event the client waits on
-    pending_match: object = None  # paged: the prefix match of an admission not yet committed
+    done: simpy.Event | None = None  # closed loop: SimPy event the client waits on
+    pending_match: Match | None = None  # paged: the prefix match of an admission not yet committed
     # cache_outputs: prompt + generated ids and their chained page keys, built on first use
     context: np.ndarray | None = None
     context_keys: np.ndarray | None = None
@@ -82,6 +88,7 @@ class Sequence:
         if self.context is None:
             self.context = np.concatenate([self.req.prompt, self.req.generated_ids()])
             self.context_keys = page_keys(self.context, page_size, hash_bits)
+        assert self.context_keys is not None  # built with the context
         return self.context, self.context_keys
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import types
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel
@@ -21,10 +21,13 @@ MAX_CONFIG_BYTES = 16 * 2**20  # a config or sweep file larger than this is refu
 MAX_CLIENTS = 100_000  # closed-loop clients of one workload (each is a simulated process)
 MAX_CONFIG_VALUES = 1_000_000  # scalars + containers in a loaded document, aliases expanded
 
-_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    _Base = yaml.SafeLoader
+else:
+    _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader when built with libyaml
 
 
-class UniqueKeyLoader(_Base):  # type: ignore[misc,valid-type]
+class UniqueKeyLoader(_Base):
     """yaml's safe loader (the C one when available) that rejects a key given twice in a mapping."""
 
     def construct_mapping(self, node, deep=False):

@@ -93,11 +93,16 @@ class PagedKV:
         """Admission only references cached pages: it never fails for room (growing may)."""
         return "wait"
 
+    def reset(self) -> None:
+        """Never called: only a failed admission crashes a node, and paged admission never fails."""
+        raise NotImplementedError("a crash restart is modelled for the contiguous manager only")
+
     def commit(self, seq: Sequence, now: float) -> None:
         """The request is admitted for good: record its hit and decide once whether its new segment
         may be cached. A waiting head that is placed and rolled back step after step (head-of-line
         blocking) must not inflate hit counts, the protected zone's window or its own false hits."""
         match, seq.pending_match = seq.pending_match, None
+        assert match is not None  # admit() left it
         first = seq.preemptions == 0
         self.cache.record_hit(match.pages, now, first_admission=first)
         if not first:

@@ -38,6 +38,14 @@ class KVManager(Protocol):
         """The admission holds: record hits, decide cacheability."""
         ...
 
+    def oom_action(self, seq: Sequence) -> str:
+        """What a failed admission of `seq` does: "wait", "reject" or "crash" (cache.on_oom)."""
+        ...
+
+    def reset(self) -> None:
+        """The serving process restarted (a crash): the pool comes back empty."""
+        ...
+
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
         """Room for `num_tokens` more tokens of `seq`; False if memory is short."""
         ...

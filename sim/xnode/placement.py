@@ -302,6 +302,12 @@ class PlacedKV:
     def commit(self, seq: Sequence, now: float) -> None:
         self.inner.commit(seq, now)
 
+    def oom_action(self, seq: Sequence) -> str:
+        return self.inner.oom_action(seq)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
         return self.placement.grow(self.node_id, seq, num_tokens, now)
 
