@@ -16,27 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from engine.runner import GpuExecutor
+from sim.scheduler import Scheduler
 from sim.steps import step_row
 
 IDLE_POLL_S = 0.0005  # an idle loop re-checks memory that may come back this often
 SPIN_S = 0.0005  # sleep until this close to an arrival, then spin (sleep overshoots ~0.1 ms)
-
-
-class Step(Protocol):
-    items: list  # (sequence, new tokens, is_prefill)
-
-
-class Scheduler(Protocol):
-    def add(self, seq) -> None: ...
-
-    def has_work(self) -> bool: ...
-
-    def schedule(self, now: float) -> Step: ...
-
-    def apply(self, step: Step, now: float) -> list: ...  # the sequences that finished
 
 
 @dataclass

@@ -81,7 +81,11 @@ class GpuExecutor:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
         t1 = time.perf_counter()
-        logits = self.graphs.run(works) if graphed else self.model.forward(step)
+        if step is None:  # graphed
+            assert self.graphs is not None
+            logits = self.graphs.run(works)
+        else:
+            logits = self.model.forward(step)
         next_ids = greedy(logits)
         if self._cuda:
             end.record()
