@@ -22,6 +22,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest -n 2 tests
 	$(MAKE) --no-print-directory ci-study
 
@@ -40,7 +41,7 @@ ci-baseline: $(STAMP)
 	$(BIN)/python -m kvsched.cli check $(CI_RUN) --baseline $(CI_BASELINE) --update
 
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs .pytest_cache .ruff_cache .mypy_cache
