@@ -55,11 +55,25 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def package_modules(package: str) -> list[Path]:
+    """The package's modules: .py files whose folders all have an __init__.py, from the package
+    down (a script in a data folder such as engine/runs/ is not part of the package)."""
+    top = ROOT / package
+
+    def in_package(path: Path) -> bool:
+        folders = path.parent.relative_to(top).parts
+        return all(
+            (top.joinpath(*folders[:i]) / "__init__.py").is_file() for i in range(len(folders) + 1)
+        )
+
+    return [path for path in sorted(top.rglob("*.py")) if in_package(path)]
+
+
 def package_imports() -> dict[str, list[tuple[str, int, str]]]:
     """package -> [(file, line, imported project package)] for imports of other packages."""
     edges: dict[str, list[tuple[str, int, str]]] = {p: [] for p in PACKAGES}
     for package in sorted(PACKAGES):
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in package_modules(package):
             for line, name in imported_modules(path):
                 target = name.split(".")[0]
                 if target in PACKAGES and target != package:
@@ -151,6 +165,7 @@ def test_relative_and_function_level_imports_are_read(tmp_path, monkeypatch):
 def test_an_upward_import_is_reported(tmp_path, monkeypatch):
     for package in PACKAGES:
         (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "sim" / "node.py").write_text("def f():\n    from policies import lru\n")
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     assert violations() == [("sim/node.py", 2, "sim", "policies")]
