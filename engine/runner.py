@@ -47,9 +47,10 @@ class StepTiming:
 
 
 class GpuExecutor:
-    def __init__(self, model: PagedModel, graphs: DecodeGraphs | None = None):
+    def __init__(self, model: PagedModel, graphs: DecodeGraphs | None = None, tp_runner=None):
         self.model = model
         self.graphs = graphs  # decode-only steps replay a CUDA graph when one fits
+        self.tp_runner = tp_runner  # engine.tp.TensorParallelRunner: rank 0 of a TP group
         self.vocab = model.shape.vocab_size
         self._ids: dict[int, np.ndarray] = {}  # request id -> prompt ++ generated ids
         self.num_steps = 0
@@ -76,12 +77,14 @@ class GpuExecutor:
             and not any(w.is_prefill for w in works)
             and self.graphs.size_for(len(works)) is not None
         )
-        step = None if graphed else self.model.prepare(works)
+        step = None if graphed or self.tp_runner else self.model.prepare(works)
         if self._cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
         t1 = time.perf_counter()
-        if step is None:  # graphed
+        if self.tp_runner is not None:
+            logits = self.tp_runner.forward(works)
+        elif step is None:  # graphed
             assert self.graphs is not None
             logits = self.graphs.run(works)
         else:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from engine.driver import WallClockDriver
 from engine.graphs import DecodeGraphs
@@ -30,6 +32,7 @@ from engine.model import PagedModel
 from engine.rundir import write_run
 from engine.runner import GpuExecutor
 from engine.shape import ModelShape
+from engine.tp import TensorParallelRunner
 from engine.warmup import warm_up
 from engine.weights import random_weights
 from policies import make_policy
@@ -51,13 +54,15 @@ def _sequence_factory(cfg, kv, headroom_tokens: int):
     return make
 
 
-def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path, graphs=None) -> dict:
+def serve_one(
+    cfg, raw: dict, model: PagedModel, out_dir: Path, graphs=None, tp_runner=None
+) -> dict:
     assert cfg.cluster.num_nodes == 1 and cfg.cache.mechanism == "paged", "one paged node"
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     kv = paged_kv_from_config(cfg, latency, 0, make_policy)
     assert kv.cache.pool.num_pages <= model.pool.num_pages
     scheduler = Scheduler(cfg.node, kv)
-    executor = GpuExecutor(model, graphs)
+    executor = GpuExecutor(model, graphs, tp_runner)
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
     )
@@ -78,6 +83,30 @@ def serve_one(cfg, raw: dict, model: PagedModel, out_dir: Path, graphs=None) -> 
     return write_run(out_dir, raw, cfg, result, kv, scheduler.num_preemptions)
 
 
+def build_model(cfgs, device: str, rank: int, tp: int) -> tuple[PagedModel, int]:
+    """This rank's shard of the weights and of a KV pool as large as sim's pool, plus one
+    scratch page (padded graph rows write there); returns (model, sim's page count)."""
+    shape = ModelShape.from_model_config(cfgs[0].model)
+    page = cfgs[0].cache.page_size
+    token_bytes = cfgs[0].model.kv_bytes_per_token
+    num_pages = max(c.kv_capacity_bytes // (page * token_bytes) for c in cfgs)
+    weights = random_weights(shape, cfgs[0].seed, device, rank=rank, tp=tp)
+    kv_heads = shape.shard(tp).num_kv_heads
+    pool = KVPool(shape.num_layers, num_pages + 1, kv_heads, page, shape.head_dim, device)
+    return PagedModel(shape, weights, pool, tp=tp), num_pages
+
+
+def _init_tp() -> tuple[int, int]:
+    """(rank, world size) under torchrun (one process per GPU, NCCL); (0, 1) otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), world
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", required=True)
@@ -89,29 +118,31 @@ def main() -> None:
     raws = [load_config_file(p) for p in args.config]
     cfgs = [parse_config(r, source=p) for r, p in zip(raws, args.config, strict=True)]
     assert len({c.model.name for c in cfgs}) == 1, "one model per process"
+    rank, tp = _init_tp()
+    assert all(c.node.tp == tp for c in cfgs), f"node.tp must be the number of processes ({tp})"
     t0 = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    shape = ModelShape.from_model_config(cfgs[0].model)
-    page = cfgs[0].cache.page_size
-    token_bytes = cfgs[0].model.kv_bytes_per_token
-    num_pages = max(c.kv_capacity_bytes // (page * token_bytes) for c in cfgs)
-    weights = random_weights(shape, cfgs[0].seed, device)
-    # One page past sim's pool: the scratch page padded graph rows write to.
-    pool = KVPool(shape.num_layers, num_pages + 1, shape.num_kv_heads, page, shape.head_dim, device)
-    model = PagedModel(shape, weights, pool)
-    warm = 0.0 if args.no_warmup else warm_up(model, args.warmup_steps, seed=cfgs[0].seed)
+    model, num_pages = build_model(cfgs, device, rank, tp)
+    runner = TensorParallelRunner(model) if tp > 1 else None
+    if runner is not None and rank > 0:  # followers: every step (warm-up too) comes from rank 0
+        runner.follow()
+        dist.destroy_process_group()
+        return
+    forward = runner.forward if runner else None
+    warm = 0.0 if args.no_warmup else warm_up(model, args.warmup_steps, cfgs[0].seed, forward)
     graphs = None
-    if args.graphs:
+    if args.graphs and tp == 1:
         graphs = DecodeGraphs(model, max(c.cache.max_model_len for c in cfgs), num_pages)
         graphs.capture()
     print(
-        f"graphs {args.graphs}, setup {time.perf_counter() - t0:.1f}s: {num_pages} pages "
-        f"({pool.num_bytes / 2**30:.1f} GiB KV), warm-up {warm:.1f}s",
+        f"tp {tp}, graphs {graphs is not None}, setup {time.perf_counter() - t0:.1f}s: "
+        f"{num_pages} pages ({model.pool.num_bytes / 2**30:.1f} GiB KV per rank), "
+        f"warm-up {warm:.1f}s",
         flush=True,
     )
     for raw, cfg, path in zip(raws, cfgs, args.config, strict=True):
         out = Path(args.out_root) / Path(path).stem
-        summary = serve_one(cfg, raw, model, out, graphs)
+        summary = serve_one(cfg, raw, model, out, graphs, runner)
         eng = summary["arms"]["engine"]
         print(
             f"{cfg.name}: {eng['completed']} done, {eng['num_steps']} steps, "
@@ -120,6 +151,9 @@ def main() -> None:
             f"at {datetime.now(UTC).isoformat(timespec='seconds')}",
             flush=True,
         )
+    if runner:
+        runner.stop()
+        dist.destroy_process_group()
     print(json.dumps({"total_s": round(time.perf_counter() - t0, 1)}))
 
 

@@ -59,13 +59,15 @@ def grid_steps(rng: np.random.Generator, model: PagedModel) -> list[list[SeqWork
     return steps
 
 
-def warm_up(model: PagedModel, num_random: int, seed: int = 0) -> float:
-    """Run the grid, then num_random random steps; returns the seconds it took."""
+def warm_up(model: PagedModel, num_random: int, seed: int = 0, forward=None) -> float:
+    """Run the grid, then num_random random steps; returns the seconds it took. `forward`
+    (works -> logits) replaces the local forward (a TP group's rank 0 sends each step)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng([seed, 7])
     steps = grid_steps(rng, model) + [random_step(rng, model) for _ in range(num_random)]
+    forward = forward or (lambda works: model.forward(model.prepare(works)))
     for works in steps:
-        model.forward(model.prepare(works)).argmax(-1).tolist()
+        forward(works).argmax(-1).tolist()
     if model.pool.k.device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0

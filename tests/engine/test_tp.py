@@ -1,5 +1,6 @@
 """Tensor parallelism on CPU: two gloo ranks, each with its shard of the weights (heads, MLP
-columns, vocabulary) and of the KV pool (half the KV heads), match the unsharded reference."""
+columns, vocabulary) and of the KV pool (half the KV heads); rank 0 sends every step to rank 1
+(engine.tp) and its logits match the unsharded reference."""
 
 import os
 
@@ -13,6 +14,7 @@ from engine.kv_pool import KVPool
 from engine.model import PagedModel, greedy
 from engine.reference import reference_logits
 from engine.shape import TINY
+from engine.tp import TensorParallelRunner
 from engine.weights import random_weights
 
 TP = 2
@@ -26,22 +28,25 @@ def _rank(rank: int, port: int, result) -> None:
     w = random_weights(TINY, seed=4, device="cpu", rank=rank, tp=TP)
     shard = TINY.shard(TP)
     pool = KVPool(TINY.num_layers, 8, shard.num_kv_heads, 16, TINY.head_dim, "cpu", poison=True)
-    model = PagedModel(TINY, w, pool, tp=TP)
+    runner = TensorParallelRunner(PagedModel(TINY, w, pool, tp=TP))
+    if rank == 1:
+        result.put(("followed", runner.follow()))
+        dist.destroy_process_group()
+        return
     prompt = np.random.default_rng(9).integers(0, TINY.vocab_size, 30)
     pages, rows = [3, 6], []
     for at, n in ((0, 16), (16, 14)):
-        rows.append(
-            model.forward(model.prepare([SeqWork(prompt[at : at + n], at, pages, True)]))[0]
-        )
+        rows.append(runner.forward([SeqWork(prompt[at : at + n], at, pages, True)])[0])
     seq = list(prompt) + [int(greedy(rows[-1][None])[0])]
-    rows.append(model.forward(model.prepare([SeqWork(np.array(seq[-1:]), 30, pages, False)]))[0])
+    rows.append(runner.forward([SeqWork(np.array(seq[-1:]), 30, pages, False)])[0])
+    runner.stop()
     if rank == 0:
         ref = reference_logits(TINY, random_weights(TINY, seed=4, device="cpu"), torch.tensor(seq))
         errs = [
             float((r.float() - ref[i].float()).norm() / ref[i].float().norm())
             for r, i in zip(rows, (15, 29, 30), strict=True)
         ]
-        result.put(errs)
+        result.put(("errs", errs))
     dist.destroy_process_group()
 
 
@@ -52,8 +57,9 @@ def test_tp2_matches_unsharded_reference():
     procs = [ctx.Process(target=_rank, args=(r, port, result)) for r in range(TP)]
     for p in procs:
         p.start()
-    errs = result.get(timeout=120)
+    got = dict(result.get(timeout=120) for _ in range(TP))
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    assert max(errs) < TOL, errs
+    assert got["followed"] == 3
+    assert max(got["errs"]) < TOL, got["errs"]
