@@ -64,6 +64,30 @@ AZURE_ROW = st.tuples(
     st.one_of(st.integers(-1, 300), st.sampled_from(["x", "1e3", "nan", "inf", ""])),
     st.one_of(st.integers(-1, 20), st.sampled_from(["x", "", "2.0"])),
 )
+# Rows that are valid on their own, mixed in so that many cases reach a simulation.
+VALID_JSONL_ROW = st.fixed_dictionaries(
+    {
+        "arrival_s": st.floats(min_value=0, max_value=5),
+        "output_tokens": st.integers(min_value=1, max_value=8),
+        "prompt_tokens": st.lists(st.integers(0, 1000), min_size=1, max_size=32),
+    },
+    optional={"request_id": IDS},
+)
+VALID_MOONCAKE_ROW = st.integers(min_value=1, max_value=1500).flatmap(
+    lambda n: st.fixed_dictionaries(
+        {
+            "timestamp": st.floats(min_value=0, max_value=5000),
+            "input_length": st.just(n),
+            "output_length": st.integers(min_value=1, max_value=8),
+            "hash_ids": st.lists(st.integers(0, 9), min_size=-(-n // 512), max_size=-(-n // 512)),
+        }
+    )
+)
+VALID_AZURE_ROW = st.tuples(
+    st.sampled_from(["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:47.0000000"]),
+    st.integers(min_value=1, max_value=300),
+    st.integers(min_value=1, max_value=8),
+)
 GARBAGE = st.sampled_from(["{", "null", "[]", '{"a": 1}', "\x00\x01", "Infinity", "   "])
 
 
@@ -80,16 +104,21 @@ def _azure(rows: list, bom: bool) -> str:
     return ("\ufeff" if bom else "") + buf.getvalue()
 
 
-def _check_trace(text: str, name: str, fmt: str, run: bool) -> None:
+def _check_trace(text: str, name: str, fmt: str, run: bool, skip: bool) -> None:
+    """skip: bad rows are skipped and counted, so most cases reach a simulation."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         trace = root / name
         trace.write_text(text, encoding="utf-8")
         cfg = copy.deepcopy(TINY)
-        cfg["workload"] = {"name": "trace", "params": {"path": str(trace), "format": fmt}}
+        params = {"path": str(trace), "format": fmt, "skip_bad_rows": skip}
+        cfg["workload"] = {"name": "trace", "params": params}
         (root / "cfg.yaml").write_text(yaml.safe_dump(cfg))
         user = make_user_files(root)
-        check_case(["trace", "stats", str(trace), "--format", fmt], root, user=user)
+        stats = ["trace", "stats", str(trace), "--format", fmt] + (
+            ["--skip-bad-rows"] if skip else []
+        )
+        check_case(stats, root, user=user)
         check_case(["trace", "stats", str(trace), "--json"], root, user=user)
         if run:
             argv = ["run", "--config", "cfg.yaml", "--out", "out", "--quiet", "--no-report"]
@@ -105,21 +134,31 @@ SETTINGS = settings(
 
 @SETTINGS
 @given(
-    rows=st.lists(JSONL_ROW, min_size=0, max_size=5),
+    rows=st.lists(st.one_of(VALID_JSONL_ROW, JSONL_ROW), max_size=5),
     garbage=st.lists(GARBAGE, max_size=1),
     run=st.booleans(),
+    skip=st.booleans(),
 )
-def test_generated_jsonl_traces(rows, garbage, run):
-    _check_trace(_jsonl(rows, garbage), "t.jsonl", "jsonl", run)
+def test_generated_jsonl_traces(rows, garbage, run, skip):
+    _check_trace(_jsonl(rows, garbage), "t.jsonl", "jsonl", run, skip)
 
 
 @SETTINGS
-@given(rows=st.lists(MOONCAKE_ROW, min_size=0, max_size=4), run=st.booleans())
-def test_generated_mooncake_traces(rows, run):
-    _check_trace(_jsonl(rows, []), "m.jsonl", "mooncake", run)
+@given(
+    rows=st.lists(st.one_of(VALID_MOONCAKE_ROW, MOONCAKE_ROW), max_size=4),
+    run=st.booleans(),
+    skip=st.booleans(),
+)
+def test_generated_mooncake_traces(rows, run, skip):
+    _check_trace(_jsonl(rows, []), "m.jsonl", "mooncake", run, skip)
 
 
 @SETTINGS
-@given(rows=st.lists(AZURE_ROW, min_size=0, max_size=4), bom=st.booleans(), run=st.booleans())
-def test_generated_azure_traces(rows, bom, run):
-    _check_trace(_azure(rows, bom), "a.csv", "azure", run)
+@given(
+    rows=st.lists(st.one_of(VALID_AZURE_ROW, AZURE_ROW), max_size=4),
+    bom=st.booleans(),
+    run=st.booleans(),
+    skip=st.booleans(),
+)
+def test_generated_azure_traces(rows, bom, run, skip):
+    _check_trace(_azure(rows, bom), "a.csv", "azure", run, skip)
