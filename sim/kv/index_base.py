@@ -20,6 +20,10 @@ ROOT = -1
 # 8 each). The lookup structure's slot is added by each implementation.
 LINK_AND_STATS_BYTES = 16 + 24
 BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 page id per page per running request
+# Chain tails whose ancestor paths _link remembers: a request indexing its generated pages
+# extends its own chain a page at a time, and each extension raises every ancestor's
+# prefix_pages; with the path at hand that is one vectorised update instead of a walk.
+PATH_MEMO_TAILS = 64
 
 
 @dataclass(slots=True)
@@ -44,6 +48,7 @@ class IndexBase(ABC):
         # Pages of the longest prefix ever indexed through this page: never smaller than a
         # descendant's, so "longer prefix" scores never favour a tail over its own head.
         self.prefix_pages = np.zeros(num_pages, dtype=np.int64)
+        self._paths: dict[int, np.ndarray] = {}  # chain tail -> its ancestors, parent first
 
     def __len__(self) -> int:
         return self.num_indexed
@@ -125,10 +130,29 @@ class IndexBase(ABC):
         self.prefix_pages[arr] = deepest
         if parent != ROOT:
             self.num_children[parent] += 1
-        while parent != ROOT and self.prefix_pages[parent] < deepest:  # ancestors: amortised
-            self.prefix_pages[parent] = deepest
-            parent = int(self.parent[parent])
+        path = self._ancestors(parent)  # parent, its parent, ... up to a first page
+        low = self.prefix_pages[path] < deepest  # raised until the first already as deep
+        self.prefix_pages[path[: path.size if low.all() else int(np.argmin(low))]] = deepest
+        self._paths[pages[-1]] = np.concatenate((arr[-2::-1], path))
+        if len(self._paths) > PATH_MEMO_TAILS:
+            del self._paths[next(iter(self._paths))]  # the oldest
         self.num_indexed += count
+
+    def _ancestors(self, page: int) -> np.ndarray:
+        """int64: `page` and its ancestors by the parent links, up to one whose parent is ROOT
+        (empty for ROOT). A remembered path is used only if the links still agree with it."""
+        if page == ROOT:
+            return np.zeros(0, dtype=np.int64)
+        memo = self._paths.pop(page, None)
+        if memo is not None:
+            path = np.concatenate(([page], memo))
+            if (self.parent[path[:-1]] == path[1:]).all() and self.parent[path[-1]] == ROOT:
+                return path
+        path_list = []
+        while page != ROOT:
+            path_list.append(page)
+            page = int(self.parent[page])
+        return np.array(path_list, dtype=np.int64)
 
     def _unlink(self, page: int) -> None:
         assert self.indexed[page]
