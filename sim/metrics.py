@@ -246,8 +246,10 @@ def _censored(requests: pd.DataFrame, ttft: np.ndarray, e2el: np.ndarray, end_s:
     (a request still waiting for its first token has TTFT >= its age). Over finished requests
     only, an overloaded run's P99 looks better the more requests it leaves behind."""
     left = requests[requests.status == Status.UNFINISHED.value]
-    age_ms = ((end_s - left.arrival_s) * 1e3).to_numpy()
-    first_ms = ((left.first_token_s - left.arrival_s) * 1e3).to_numpy()
+    # As floats: a column of only None (no request got a first token) is object-typed otherwise.
+    arrival_s = left.arrival_s.to_numpy(dtype=float)
+    age_ms = (end_s - arrival_s) * 1e3
+    first_ms = (left.first_token_s.to_numpy(dtype=float) - arrival_s) * 1e3
     left_ttft = np.where(np.isnan(first_ms), age_ms, first_ms)
     return {
         "p99_ttft_censored_ms": _pct(np.concatenate([ttft, left_ttft]), 99),
