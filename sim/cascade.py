@@ -41,7 +41,10 @@ def shared_prefix_groups(items: list[BatchItem], page_size: int) -> list[tuple[i
 
 
 class CascadeExecutor:
-    """Wraps the modelled executor: decode contexts shrink to their tails, plus prefix passes."""
+    """Wraps the modelled executor: decode contexts shrink to their tails, plus prefix passes.
+
+    The engine launches the cascade only when it is faster than the plain kernel for the step
+    (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
 
     def __init__(self, inner: ModelledExecutor, latency: LatencyModel, page_size: int):
         self.inner, self.latency, self.page_size = inner, latency, page_size
@@ -51,9 +54,11 @@ class CascadeExecutor:
         if not groups:
             return self.inner.run_step(node_id, step, now)
         shape = step.shape()
+        plain_s = self.latency.shape_time_s(shape)
         shape.decode_ctx_sum -= sum(size * tokens for size, tokens in groups)
-        step_s = self.latency.shape_time_s(shape)
-        step_s += sum(self.latency.cascade_prefix_s(size, tokens) for size, tokens in groups)
+        cascade_s = self.latency.shape_time_s(shape)
+        cascade_s += sum(self.latency.cascade_prefix_s(size, tokens) for size, tokens in groups)
+        step_s = min(plain_s, cascade_s)
         if self.inner.transfer is not None:
             step_s += self.inner.transfer(node_id, step.items, now)
         return step_s

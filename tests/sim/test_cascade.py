@@ -49,3 +49,12 @@ def test_cascade_prices_tails_plus_one_prefix_pass_per_group():
     assert cascade == pytest.approx(expected, rel=1e-12)
     plain = ModelledExecutor(latency).run_step(0, step, 0.0)
     assert cascade < plain  # the shared prefix is read once instead of 32 times
+
+
+def test_a_step_where_the_cascade_does_not_pay_runs_the_plain_kernel():
+    cfg = parse_config({"model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1}})
+    latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+    step = Step(items=[decode(i, [0, 1, 10 + i]) for i in range(2)])  # 2 x 32 shared tokens
+    plain = ModelledExecutor(latency).run_step(0, step, 0.0)
+    cascade = CascadeExecutor(ModelledExecutor(latency), latency, PAGE).run_step(0, step, 0.0)
+    assert cascade == plain  # an extra launch for 32 shared tokens costs more than it saves

@@ -61,5 +61,8 @@ def long_hit_rate(requests: pd.DataFrame) -> float:
 def test_pollution_study():
     res = run("pitfall_pollution", ["lru", "lru+protected", "scored"], 250.0)
     lru, zone, scored = (long_hit_rate(res[a][1]) for a in ["lru", "lru+protected", "scored"])
-    assert zone > lru + 0.15 and scored > lru + 0.3  # measured: 0.40, 0.63, 0.84
+    # Measured with generated tokens cached (cache_outputs, the default): 0.12, 0.22, 0.81. The
+    # one-off requests' answers pollute too, so LRU and the zone lose more than with prompts
+    # only (0.46, 0.63, 0.83); scored eviction keeps the long prefixes either way.
+    assert zone > lru + 0.08 and scored > lru + 0.6
     assert res["lru+protected"][0]["protected_pages"] > 0 and res["lru"][0]["protected_pages"] == 0

@@ -1,0 +1,38 @@
+"""`kvsched validate` on the engine runs measured on the H200 and committed under engine/runs/.
+
+The replay drives the same scheduler and cache code with the engine's queue and step times, so
+the cached tokens of every request and the composition of every step must agree exactly. The
+committed validation.json beside each run must be what validate computes today (a change to the
+latency model or the scheduler that moves a fidelity number shows up here, on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvsched.validate import validate
+
+RUNS = Path(__file__).resolve().parents[2] / "engine" / "runs"
+MEASURED = sorted(p.parent.parent for p in RUNS.glob("*/engine/steps.csv"))
+
+
+def test_there_are_measured_runs():
+    assert len(MEASURED) >= 3, f"engine runs with steps.csv under {RUNS}"
+
+
+@pytest.mark.parametrize("run_dir", MEASURED, ids=[p.name for p in MEASURED])
+def test_the_replay_agrees_exactly_and_the_committed_numbers_hold(run_dir):
+    result, _ = validate(run_dir)
+    assert result["cached_tokens_mismatch"] == 0
+    assert result["step_composition_mismatch"] == 0
+    committed = run_dir / "validation.json"
+    if committed.is_file():
+        want = json.loads(committed.read_text())
+        for key, value in want.items():
+            if isinstance(value, float):
+                assert result[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+            elif key != "run":
+                assert result[key] == value, key
