@@ -140,11 +140,35 @@ def _row_composition(row) -> tuple[int, int, int]:
 # -- the step price ----------------------------------------------------------------------------
 def step_errors(run: EngineRun, latency: LatencyModel) -> pd.DataFrame:
     """Predicted vs measured duration of every measured step."""
-    overhead = float(getattr(run.cfg.gpu, "step_overhead_s", 0.0))
     rows = run.steps.to_dict("records")
-    predicted = np.array([latency.step_time_s(step_plan(r)) + overhead for r in rows])
+    predicted = np.array([latency.step_time_s(step_plan(r)) for r in rows])
     measured = run.steps.duration_s.to_numpy(dtype=np.float64)
-    return pd.DataFrame({"measured_s": measured, "predicted_s": predicted})
+    has_prefill = run.steps.num_prefill.to_numpy() > 0
+    return pd.DataFrame({"measured_s": measured, "predicted_s": predicted, "prefill": has_prefill})
+
+
+OVERHEAD_TERMS = ("step_overhead_s", "prefill_step_overhead_s", "token_overhead_s")
+
+
+def measured_overheads(run: EngineRun) -> dict[str, float]:
+    """What the priced kernels leave out, measured on the run: measured minus the kernels-only
+    price of every step, fitted (least absolute deviations would be sturdier; least squares on
+    thousands of steps is close) as a fixed cost per step, an extra for a step with a prefill
+    chunk, and a cost per token of the step. Terms are clipped at 0."""
+    gpu = run.cfg.gpu.model_copy(update=dict.fromkeys(OVERHEAD_TERMS, 0.0))
+    kernels_only = make_latency_model(run.cfg.model, gpu, run.cfg.node.tp)
+    steps = step_errors(run, kernels_only)
+    residual = (steps.measured_s - steps.predicted_s).to_numpy()
+    tokens = (run.steps.prefill_tokens + run.steps.num_decode).to_numpy(dtype=np.float64)
+    design = np.column_stack([np.ones_like(tokens), steps.prefill.to_numpy(float), tokens])
+    coef = np.linalg.lstsq(design, residual, rcond=None)[0]
+    return {name: max(0.0, float(c)) for name, c in zip(OVERHEAD_TERMS, coef, strict=True)}
+
+
+def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> EngineRun:
+    """The run's config with per-step overheads measured elsewhere (a held-out run)."""
+    gpu = run.cfg.gpu.model_copy(update={**overheads, "step_overhead_source": source})
+    return EngineRun(run.cfg.model_copy(update={"gpu": gpu}), run.requests, run.steps)
 
 
 # -- serving: the simulator on the same requests -----------------------------------------------
@@ -208,9 +232,17 @@ def _output_throughput(requests: pd.DataFrame, duration_s: float) -> float:
     return float(done.output_tokens.sum()) / duration_s
 
 
-def validate(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """The fidelity numbers and the tables the validation report draws."""
+def validate(
+    run_dir: Path, overhead_from: Path | None = None
+) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """The fidelity numbers and the tables the validation report draws. `overhead_from`: an
+    engine run whose measured per-step overheads are added to the price (held out: measured
+    there, judged here)."""
     run = load_engine_run(run_dir)
+    measured = measured_overheads(run)
+    if overhead_from is not None:
+        source = f"measured on {overhead_from.name} (kvsched validate)"
+        run = with_overheads(run, measured_overheads(load_engine_run(overhead_from)), source)
     requests, num_clients = workload_requests(run.cfg)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
     steps = step_errors(run, latency)
@@ -225,6 +257,8 @@ def validate(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
         "schema": SCHEMA,
         "run": str(run_dir),
         "latency_model": latency.name,
+        **{name: getattr(run.cfg.gpu, name) for name in OVERHEAD_TERMS},
+        **{f"measured_{name}": value for name, value in measured.items()},
         "step_time_median_abs_err": _pct(step_err, 50),
         "step_time_p90_abs_err": _pct(step_err, 90),
         **serving_errors(run.requests, simulated, run.cfg.duration_s),
@@ -257,6 +291,11 @@ def summary_lines(result: dict) -> list[str]:
         )
     lines.append(f"  throughput: {pct(result['throughput_abs_err'])}")
     lines.append(
+        f"  overheads measured here: {result['measured_step_overhead_s'] * 1e3:.2f} ms/step, "
+        f"+{result['measured_prefill_step_overhead_s'] * 1e3:.2f} ms with a prefill chunk, "
+        f"{result['measured_token_overhead_s'] * 1e6:.2f} us/token"
+    )
+    lines.append(
         f"  cached tokens mismatched: {result['cached_tokens_mismatch']} (replay), "
         f"{result['cached_tokens_mismatch_free_run']} (free run); step compositions "
         f"mismatched: {result['step_composition_mismatch']} of {result['replayed_steps']}"
@@ -267,7 +306,8 @@ def summary_lines(result: dict) -> list[str]:
 def cmd_validate(args) -> int:
     from reports.output import write_output
 
-    result, tables = validate(Path(args.run_dir))
+    overhead_from = Path(args.overhead_from) if args.overhead_from else None
+    result, tables = validate(Path(args.run_dir), overhead_from)
     print("\n".join(summary_lines(result)))
     if args.json:
         text = json.dumps(result, indent=2) + "\n"
@@ -287,4 +327,9 @@ def register(sub) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="an engine run directory (engine/runs/...)")
     p.add_argument("--json", help="write the fidelity numbers here")
     p.add_argument("--report", help="write an HTML report (scatter and CDFs per metric) here")
+    p.add_argument(
+        "--overhead-from",
+        metavar="RUN_DIR",
+        help="add the per-step overheads measured on this engine run to the price",
+    )
     p.set_defaults(func=cmd_validate)

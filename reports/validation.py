@@ -69,12 +69,14 @@ def _scatter(key: str, measured: np.ndarray, simulated: np.ndarray) -> str:
     ax.plot([0, hi], [0, hi], color="#888", linewidth=1, label="perfect")
     ax.set_xlabel(f"measured {LABELS[key]} (ms)")
     ax.set_ylabel(f"simulated {LABELS[key]} (ms)")
+    ax.set_title(f"{LABELS[key]}: simulated vs measured")
     for i, (name, values) in enumerate([("measured", measured), ("simulated", simulated)]):
         x, y = cdf_points(values * 1e3)
         cdf.plot(x, y, color=color(i), label=name)
     cdf.set_xlabel(f"{LABELS[key]} (ms)")
     cdf.set_ylabel("share of requests" if key != "step_time" else "share of steps")
     cdf.legend(loc="lower right")
+    cdf.set_title(f"{LABELS[key]}: CDF")
     caption = (
         f"{LABELS[key]}: points on the diagonal are exact predictions; the CDFs show where the "
         "simulated distribution departs from the measured one."

@@ -92,6 +92,12 @@ class GpuConfig(Strict):
     # activations, sampling, the scheduler's CPU time), seconds, with where the number comes from.
     # 0 and "not measured" until engine/ measures it: set both in sim/presets.py's GPU preset.
     step_overhead_s: float = Field(default=0.0, ge=0)
+    # Extra cost of a step that carries a prefill chunk (an engine that replays CUDA graphs for
+    # decode-only steps runs those eagerly). `kvsched validate` measures both on an engine run.
+    prefill_step_overhead_s: float = Field(default=0.0, ge=0)
+    # Per token of the step (norms, rotary, activations, sampling: elementwise work the GEMM and
+    # attention tables leave out), seconds per token.
+    token_overhead_s: float = Field(default=0.0, ge=0)
     step_overhead_source: str = "not measured"
 
 

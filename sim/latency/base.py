@@ -48,17 +48,38 @@ class LatencyModel(Protocol):
 
 class StepOverhead:
     """A latency model plus a fixed cost per step: what the priced kernels leave out (norms,
-    rotary, activations, sampling, the scheduler's CPU time), `gpu.step_overhead_s`."""
+    rotary, activations, sampling, launches, the scheduler's CPU time), `gpu.step_overhead_s`,
+    and the extra of a step that carries a prefill chunk (an engine that replays CUDA graphs
+    for decode-only steps launches mixed steps eagerly), `gpu.prefill_step_overhead_s`."""
 
-    def __init__(self, inner: LatencyModel, overhead_s: float):
+    def __init__(
+        self,
+        inner: LatencyModel,
+        overhead_s: float,
+        prefill_extra_s: float = 0.0,
+        per_token_s: float = 0.0,
+    ):
         self.inner, self.overhead_s = inner, overhead_s
-        self.name = f"{inner.name}+{overhead_s * 1e3:g}ms/step"
+        self.prefill_extra_s, self.per_token_s = prefill_extra_s, per_token_s
+        self.name = (
+            f"{inner.name}+overhead({overhead_s * 1e3:.3g} ms/step, "
+            f"{prefill_extra_s * 1e3:.3g} ms/prefill step, {per_token_s * 1e6:.3g} us/token)"
+        )
+
+    def _extra_s(self, has_prefill: bool, tokens: int) -> float:
+        return (
+            self.overhead_s
+            + (self.prefill_extra_s if has_prefill else 0.0)
+            + (self.per_token_s * tokens)
+        )
 
     def step_time_s(self, plan: StepPlan) -> float:
-        return self.inner.step_time_s(plan) + self.overhead_s
+        extra = self._extra_s(bool(plan.prefill_new.size), plan.num_tokens)
+        return self.inner.step_time_s(plan) + extra
 
     def shape_time_s(self, shape: StepShape) -> float:
-        return self.inner.shape_time_s(shape) + self.overhead_s
+        tokens = sum(shape.prefill_new) + shape.num_decode
+        return self.inner.shape_time_s(shape) + self._extra_s(bool(shape.prefill_new), tokens)
 
     def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
         return self.inner.cascade_prefix_s(group_size, prefix_tokens)

@@ -18,4 +18,5 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
     plus the GPU's fixed per-step overhead when it has one (`gpu.step_overhead_s`)."""
     calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
     priced = calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
-    return StepOverhead(priced, gpu.step_overhead_s) if gpu.step_overhead_s > 0 else priced
+    terms = (gpu.step_overhead_s, gpu.prefill_step_overhead_s, gpu.token_overhead_s)
+    return StepOverhead(priced, *terms) if any(terms) else priced

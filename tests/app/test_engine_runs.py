@@ -28,11 +28,24 @@ def test_the_replay_agrees_exactly_and_the_committed_numbers_hold(run_dir):
     result, _ = validate(run_dir)
     assert result["cached_tokens_mismatch"] == 0
     assert result["step_composition_mismatch"] == 0
-    committed = run_dir / "validation.json"
-    if committed.is_file():
-        want = json.loads(committed.read_text())
-        for key, value in want.items():
-            if isinstance(value, float):
-                assert result[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
-            elif key != "run":
-                assert result[key] == value, key
+    assert_committed(result, run_dir / "validation.json")
+
+
+HELD_OUT = sorted(p.parent for p in RUNS.glob("*/validation_heldout.json"))
+
+
+@pytest.mark.parametrize("run_dir", HELD_OUT, ids=[p.name for p in HELD_OUT])
+def test_overheads_measured_on_the_seed_run_judged_on_the_others(run_dir):
+    result, _ = validate(run_dir, overhead_from=RUNS / "seed_1node")
+    assert result["step_overhead_s"] > 0  # the held-in run's measured terms are applied
+    assert_committed(result, run_dir / "validation_heldout.json")
+
+
+def assert_committed(result: dict, committed: Path) -> None:
+    if not committed.is_file():
+        return
+    for key, value in json.loads(committed.read_text()).items():
+        if isinstance(value, float):
+            assert result[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        elif key != "run":
+            assert result[key] == value, key

@@ -67,3 +67,14 @@ def test_a_simulated_run_validates_exactly(tmp_path, raw):
         assert result[f"{key}_p90_abs_err"] == pytest.approx(0, abs=1e-9), key
     assert result["throughput_abs_err"] == 0
     assert len(tables["steps"]) == result["replayed_steps"]
+
+
+def test_the_validation_report_renders_every_metric(tmp_path):
+    from reports.validation import render_validation
+
+    write_as_engine_run(OPEN_LOOP, tmp_path)
+    result, tables = validate(tmp_path)
+    page = render_validation(result, tables)
+    for key in ("step_time", "ttft", "tpot", "e2e"):
+        assert f'id="fig-val-{key}"' in page
+    assert page.startswith("<!doctype html>") and "<svg" in page
