@@ -169,6 +169,7 @@ COMMAND_MODULES = [
     "kvsched.tune",
     "workloads.cli",
     "kvsched.validate",
+    "kvsched.engine_cli",
 ]
 
 

@@ -17,7 +17,7 @@ fi
 GRAPHS=${GRAPHS-$(python3 -c "import json; d = json.load(open('$OUT/check_llama3_8b.json'))['decode_graphs']; \
 print('--graphs' if all(v['rel_err'] < 5e-2 for k, v in d.items() if k[0] == 'b') else '')" 2>/dev/null)}
 echo "serve flags: ${GRAPHS:-eager}" | tee $OUT/serve.log
-python3 -m engine.serve $GRAPHS --out-root $OUT/runs ${CONFIGS:-\
+python3 -m kvsched.engine_run $GRAPHS --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
   --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml} \
   2>&1 | tee -a $OUT/serve.log

@@ -7,6 +7,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $OUT/gpu.txt
-torchrun --nproc-per-node 2 -m engine.serve --out-root $OUT/runs \
+torchrun --nproc-per-node 2 -m kvsched.engine_run --out-root $OUT/runs \
   --config engine/runs/configs/article70b_tp2_shared_prefix.yaml 2>&1 | tee $OUT/serve_tp2.log
 tar czf $OUT/runs_tp2.tgz -C $OUT runs && rm -rf $OUT/runs

@@ -15,9 +15,9 @@ from engine.kv_pool import KVPool
 from engine.model import PagedModel
 from engine.reference import reference_logits
 from engine.runner import ENGINE_STEP_COLUMNS, GpuExecutor
-from engine.serve import serve_one
 from engine.shape import TINY, ModelShape
 from engine.weights import random_weights
+from kvsched.engine_run import serve_one
 from sim.config import parse_config
 from sim.metrics import REQUEST_COLUMNS
 from sim.steps import STEP_COLUMNS

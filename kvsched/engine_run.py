@@ -1,4 +1,4 @@
-"""`python -m engine.serve --config FILE [--config FILE ...] --out-root DIR`: engine serving runs.
+"""`python -m kvsched.engine_run --config FILE [--config FILE ...] --out-root DIR`: engine serving runs.
 
 Composition (config -> workload -> sim's KV manager and scheduler -> GPU model -> run directory).
 This belongs in the application package (kvsched/: `kvsched engine run`); it lives here until
@@ -107,14 +107,14 @@ def _init_tp() -> tuple[int, int]:
     return dist.get_rank(), world
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--out-root", required=True)
     ap.add_argument("--warmup-steps", type=int, default=20, help="random steps after the grid")
     ap.add_argument("--no-warmup", action="store_true", help="skip the warm-up (CPU smoke runs)")
     ap.add_argument("--graphs", action="store_true", help="CUDA graphs for decode-only steps")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     raws = [load_config_file(p) for p in args.config]
     cfgs = [parse_config(r, source=p) for r, p in zip(raws, args.config, strict=True)]
     assert len({c.model.name for c in cfgs}) == 1, "one model per process"
