@@ -37,7 +37,13 @@ def test_run_writes_every_output_and_all_builtin_arms(tmp_path, tiny_config):
     assert run(tmp_path, tiny_config) == 0
     out = tmp_path / "run"
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary["arms"]) == ["openclaw", "paged", "paged+prefix", "engine", "engine+cascade"]
+    assert list(summary["arms"]) == [
+        "openclaw",
+        "paged",
+        "paged+prefix",
+        "engine",
+        "engine+cascade",
+    ]
     for arm, metrics in summary["arms"].items():
         for key in (
             "request_throughput",
