@@ -56,3 +56,28 @@ def submit_at(env, node, t: float, req: Request, page_size: int = 16):
 
     env.process(proc())
     return seq
+
+
+def tiny_config(duration_s: float = 10, **fields) -> dict:
+    """One small node (Llama-3-8B on one H200) and a short seed workload; override per test."""
+    return {
+        "name": "tiny",
+        "seed": 1,
+        "duration_s": duration_s,
+        "model": "llama-3-8b",
+        "node": {"num_gpus": 1, "tp": 1},
+        "cluster": {"num_nodes": 1},
+        "workload": {
+            "name": "seed",
+            "params": {
+                "num_clients": 4,
+                "input_min": 64,
+                "input_max": 256,
+                "long_share": 0.0,
+                "system_prompt_tokens": 64,
+                "output_min": 4,
+                "output_max": 8,
+            },
+        },
+        **fields,
+    }

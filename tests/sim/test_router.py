@@ -15,7 +15,7 @@ from sim.cluster import Cluster
 from sim.config import parse_config
 from sim.kv.hashing import page_keys
 from sim.request import Workload
-from tests.helpers import make_request
+from tests.helpers import make_request, tiny_config
 
 
 def cluster_for(requests, **router) -> Cluster:
@@ -87,29 +87,8 @@ def test_router_wait_adds_exactly_to_ttft():
 
 
 def tiny(tmp_path, routing: dict, **extra) -> dict:
-    return {
-        "name": "tiny",
-        "seed": 1,
-        "duration_s": 4,
-        "model": "llama-3-8b",
-        "node": {"num_gpus": 1, "tp": 1},
-        "cluster": {"num_nodes": 2},
-        "policies": {"routing": routing},
-        "arms": {"a": {}},
-        **extra,
-        "workload": {
-            "name": "seed",
-            "params": {
-                "num_clients": 4,
-                "input_min": 64,
-                "input_max": 256,
-                "long_share": 0.0,
-                "system_prompt_tokens": 64,
-                "output_min": 4,
-                "output_max": 8,
-            },
-        },
-    }
+    base = tiny_config(4, cluster={"num_nodes": 2}, policies={"routing": routing}, arms={"a": {}})
+    return {**base, **extra}
 
 
 def run(tmp_path, cfg, out="run") -> int:

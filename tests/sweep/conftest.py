@@ -5,29 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from tests.helpers import tiny_config
+
 
 @pytest.fixture
 def tiny_base() -> dict:
-    return {
-        "name": "tiny",
-        "seed": 1,
-        "duration_s": 2,
-        "model": "llama-3-8b",
-        "node": {"num_gpus": 1, "tp": 1},
-        "cluster": {"num_nodes": 1},
-        "workload": {
-            "name": "seed",
-            "params": {
-                "num_clients": 4,
-                "input_min": 64,
-                "input_max": 256,
-                "long_share": 0.0,
-                "system_prompt_tokens": 64,
-                "output_min": 4,
-                "output_max": 8,
-            },
-        },
-    }
+    return tiny_config(duration_s=2)
 
 
 @pytest.fixture
