@@ -313,6 +313,37 @@ def choose_split(
     return -(-max_seq_len // tokens), tokens
 
 
+def check_q_and_cache(q: torch.Tensor, k_cache, v_cache, q_layout: str) -> None:
+    """What every paged attention launcher checks of q and the K/V pool (ValueError if not)."""
+    _check(q.dim() == 3, f"q must be {q_layout}, got shape {tuple(q.shape)}")
+    _check(
+        k_cache.dim() == 4 and v_cache.dim() == 4,
+        "k_cache and v_cache must be [num_pages, num_kv_heads, page_size, head_dim], got "
+        f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}",
+    )
+    _check(
+        k_cache.shape == v_cache.shape,
+        f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape",
+    )
+    _, num_q_heads, head_dim = q.shape
+    _, num_kv_heads, page_size, kv_head_dim = k_cache.shape
+    _check(q.dtype in SUPPORTED_DTYPES, f"q dtype {q.dtype} not supported: bf16 or fp16 only")
+    _check(
+        k_cache.dtype == q.dtype and v_cache.dtype == q.dtype,
+        f"dtypes differ: q {q.dtype}, k_cache {k_cache.dtype}, v_cache {v_cache.dtype}",
+    )
+    _check(kv_head_dim == head_dim, f"head_dim differs: q {head_dim}, cache {kv_head_dim}")
+    _check(head_dim in (16, 32, 64, 128, 256), f"head_dim {head_dim} not in 16/32/64/128/256")
+    _check(
+        num_kv_heads >= 1 and num_q_heads % num_kv_heads == 0,
+        f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads {num_kv_heads}",
+    )
+    _check(
+        page_size in SUPPORTED_PAGE_SIZES,
+        f"page_size {page_size} not supported: one of {SUPPORTED_PAGE_SIZES}",
+    )
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ValueError(msg)
@@ -352,33 +383,9 @@ def paged_decode_attention(
     `out` may be float32; `lse_out` (float32 [batch, num_q_heads]), when given, receives each
     query head's natural-log sum-exp of its scaled scores (kernels.cascade_decode merges by it).
     """
-    _check(q.dim() == 3, f"q must be [batch, num_q_heads, head_dim], got shape {tuple(q.shape)}")
-    _check(
-        k_cache.dim() == 4 and v_cache.dim() == 4,
-        "k_cache and v_cache must be [num_pages, num_kv_heads, page_size, head_dim], got "
-        f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}",
-    )
-    _check(
-        k_cache.shape == v_cache.shape,
-        f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape",
-    )
+    check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
-    num_pages, num_kv_heads, page_size, kv_head_dim = k_cache.shape
-    _check(q.dtype in SUPPORTED_DTYPES, f"q dtype {q.dtype} not supported: bf16 or fp16 only")
-    _check(
-        k_cache.dtype == q.dtype and v_cache.dtype == q.dtype,
-        f"dtypes differ: q {q.dtype}, k_cache {k_cache.dtype}, v_cache {v_cache.dtype}",
-    )
-    _check(kv_head_dim == head_dim, f"head_dim differs: q {head_dim}, cache {kv_head_dim}")
-    _check(head_dim in (16, 32, 64, 128, 256), f"head_dim {head_dim} not in 16/32/64/128/256")
-    _check(
-        num_kv_heads >= 1 and num_q_heads % num_kv_heads == 0,
-        f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads {num_kv_heads}",
-    )
-    _check(
-        page_size in SUPPORTED_PAGE_SIZES,
-        f"page_size {page_size} not supported: one of {SUPPORTED_PAGE_SIZES}",
-    )
+    num_pages, num_kv_heads, page_size, _ = k_cache.shape
     _check(
         block_tables.dim() == 2 and block_tables.shape[0] == batch,
         f"block_tables must be [batch={batch}, max_pages], got {tuple(block_tables.shape)}",

@@ -48,7 +48,10 @@ if not torch.cuda.is_available():
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.paged_decode import SUPPORTED_DTYPES, SUPPORTED_PAGE_SIZES, _num_sms  # noqa: E402
+from kernels.paged_decode import (  # noqa: E402
+    _num_sms,
+    check_q_and_cache,
+)
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
@@ -452,33 +455,9 @@ def paged_prefill_attention(
     device sync); a serving engine builds it once per step with `plan_prefill` and passes it
     (with check_bounds=False, which skips the validation scans that also sync).
     """
-    _check(q.dim() == 3, f"q must be [total_new, num_q_heads, head_dim], got {tuple(q.shape)}")
-    _check(
-        k_cache.dim() == 4 and v_cache.dim() == 4,
-        "k_cache and v_cache must be [num_pages, num_kv_heads, page_size, head_dim], got "
-        f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}",
-    )
-    _check(
-        k_cache.shape == v_cache.shape,
-        f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ in shape",
-    )
+    check_q_and_cache(q, k_cache, v_cache, "[total_new, num_q_heads, head_dim]")
     total_new, num_q_heads, head_dim = q.shape
-    num_pages, num_kv_heads, page_size, kv_head_dim = k_cache.shape
-    _check(q.dtype in SUPPORTED_DTYPES, f"q dtype {q.dtype} not supported: bf16 or fp16 only")
-    _check(
-        k_cache.dtype == q.dtype and v_cache.dtype == q.dtype,
-        f"dtypes differ: q {q.dtype}, k_cache {k_cache.dtype}, v_cache {v_cache.dtype}",
-    )
-    _check(kv_head_dim == head_dim, f"head_dim differs: q {head_dim}, cache {kv_head_dim}")
-    _check(head_dim in (16, 32, 64, 128, 256), f"head_dim {head_dim} not in 16/32/64/128/256")
-    _check(
-        num_kv_heads >= 1 and num_q_heads % num_kv_heads == 0,
-        f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads {num_kv_heads}",
-    )
-    _check(
-        page_size in SUPPORTED_PAGE_SIZES,
-        f"page_size {page_size} not supported: one of {SUPPORTED_PAGE_SIZES}",
-    )
+    num_pages, num_kv_heads, page_size, _ = k_cache.shape
     _check(seq_lens.dim() == 1, f"seq_lens must be [batch], got {tuple(seq_lens.shape)}")
     batch = seq_lens.shape[0]
     _check(
