@@ -28,4 +28,4 @@ def test_overhead_adds_the_same_seconds_to_every_step():
     plain = make_latency_model(base.model, base.gpu, base.node.tp)
     priced = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     assert priced.step_time_s(_plan()) == pytest.approx(plain.step_time_s(_plan()) + 0.002)
-    assert priced.name == f"{plain.name}+2ms/step"
+    assert priced.name == f"{plain.name}+overhead(2 ms/step, 0 ms/prefill step, 0 us/token)"
