@@ -26,7 +26,10 @@ import torch
 
 from engine import attention
 from engine.runner import ENGINE_STEP_COLUMNS
+from sim import __version__
+from sim.config import ConfigError
 from sim.metrics import request_frame
+from sim.rundir import MARKER, marker_text
 from sim.sequence import Status
 from sim.steps import STEP_COLUMNS
 
@@ -89,10 +92,21 @@ def _device() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
+def _replaceable(path: Path) -> bool:
+    """kvsched's output contract (docs/cli.md): only a directory kvsched marked may go."""
+    return not path.exists() or (path.is_dir() and (path / MARKER).is_file())
+
+
 def write_run(out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int) -> dict:
     tmp = out_dir.with_name(out_dir.name + ".partial")
+    for path in (out_dir, tmp):
+        if not _replaceable(path):
+            raise ConfigError(
+                f"--out: {path} exists and was not written by kvsched; choose another"
+            )
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / ARM).mkdir(parents=True)
+    (tmp / MARKER).write_text(marker_text("run", __version__))
     _json(tmp / "config.json", raw)
     _json(tmp / ARM / "config.json", cfg.model_dump(mode="json"))
     frame = request_frame(result.sequences, ARM)
