@@ -179,7 +179,11 @@ class RayPool:
                     f"--ray-address: cannot start or join {where}: "
                     f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
                 ) from None
-        self.remote = ray.remote(num_cpus=1, max_retries=0)(run_point_on_ray)
+        # SPREAD: a sweep's points go over every raylet of the cluster rather than filling the
+        # driver's node first (results do not depend on where a point runs).
+        self.remote = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(
+            run_point_on_ray
+        )
         self.in_flight: dict = {}  # object ref -> task
 
     def run(self, tasks: list[dict], should_stop: StopFn) -> Iterator[dict]:

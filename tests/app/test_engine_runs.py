@@ -19,12 +19,22 @@ RUNS = Path(__file__).resolve().parents[2] / "engine" / "runs"
 MEASURED = sorted(p.parent.parent for p in RUNS.glob("*/engine/steps.csv"))
 
 
+def needs_trace_slice(run_dir: Path) -> None:
+    """The Azure run replays a slice of ../shared/traces (not redistributed: the traces stay
+    where their licence puts them); where that slice is absent, its validation cannot run."""
+    config = json.loads((run_dir / "engine" / "config.json").read_text())
+    path = config["workload"]["params"].get("path")
+    if path and not (RUNS.parents[1] / path).is_file():
+        pytest.skip(f"{run_dir.name}: trace slice {path} not on this machine")
+
+
 def test_there_are_measured_runs():
-    assert len(MEASURED) >= 3, f"engine runs with steps.csv under {RUNS}"
+    assert len(MEASURED) >= 4, f"engine runs with steps.csv under {RUNS}"
 
 
 @pytest.mark.parametrize("run_dir", MEASURED, ids=[p.name for p in MEASURED])
 def test_the_replay_agrees_exactly_and_the_committed_numbers_hold(run_dir):
+    needs_trace_slice(run_dir)
     result, _ = validate(run_dir)
     assert result["cached_tokens_mismatch"] == 0
     assert result["step_composition_mismatch"] == 0
@@ -36,6 +46,7 @@ HELD_OUT = sorted(p.parent for p in RUNS.glob("*/validation_heldout.json"))
 
 @pytest.mark.parametrize("run_dir", HELD_OUT, ids=[p.name for p in HELD_OUT])
 def test_overheads_measured_on_the_seed_run_judged_on_the_others(run_dir):
+    needs_trace_slice(run_dir)
     result, _ = validate(run_dir, overhead_from=RUNS / "seed_1node")
     assert result["step_overhead_s"] > 0  # the held-in run's measured terms are applied
     assert_committed(result, run_dir / "validation_heldout.json")
