@@ -342,6 +342,62 @@ def check_q_and_cache(q: torch.Tensor, k_cache, v_cache, q_layout: str) -> None:
         page_size in SUPPORTED_PAGE_SIZES,
         f"page_size {page_size} not supported: one of {SUPPORTED_PAGE_SIZES}",
     )
+    # Unit stride along head_dim (so loads vectorise); every other stride is passed in.
+    _check(q.stride(2) == 1, f"q must have unit stride along head_dim, got strides {q.stride()}")
+    _check(
+        k_cache.stride(3) == 1 and v_cache.stride(3) == 1,
+        f"k_cache/v_cache need unit stride along head_dim, got {k_cache.stride()} and "
+        f"{v_cache.stride()}",
+    )
+
+
+def checked_outputs(
+    q: torch.Tensor, out: torch.Tensor | None, lse_out: torch.Tensor | None
+) -> torch.Tensor:
+    """`out` (allocated like q when None) after checking it and `lse_out` against q's rows."""
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    else:
+        _check(
+            out.shape == q.shape
+            and out.dtype in (q.dtype, torch.float32)
+            and out.device == q.device,
+            f"out must match q: {tuple(q.shape)} {q.dtype} (or float32), got "
+            f"{tuple(out.shape)} {out.dtype}",
+        )
+        _check(out.stride(2) == 1, f"out must have unit stride along head_dim, got {out.stride()}")
+    if lse_out is not None:
+        rows, num_q_heads = q.shape[0], q.shape[1]
+        _check(
+            lse_out.shape == (rows, num_q_heads)
+            and lse_out.dtype == torch.float32
+            and lse_out.device == q.device,
+            f"lse_out must be float32 [{rows}, {num_q_heads}], got {tuple(lse_out.shape)} "
+            f"{lse_out.dtype}",
+        )
+    return out
+
+
+def check_pages_in_pool(
+    block_tables: torch.Tensor, lens: torch.Tensor, page_size: int, num_pages: int
+) -> None:
+    """Every page a sequence of `lens` (int64 [batch]) tokens uses is a page of the pool."""
+    max_pages = block_tables.shape[1]
+    _check(
+        bool((lens <= max_pages * page_size).all()),
+        f"a sequence is longer than its block table: max_pages {max_pages} x page_size "
+        f"{page_size} < max(seq_lens) {int(lens.max())}",
+    )
+    used = (
+        torch.arange(max_pages, device=lens.device)[None, :]
+        < ((lens + page_size - 1) // page_size)[:, None]
+    )
+    ids = block_tables[used]
+    _check(
+        ids.numel() == 0 or bool(((ids >= 0) & (ids < num_pages)).all()),
+        f"block_tables point outside the pool of {num_pages} pages "
+        f"(used ids span {int(ids.min())}..{int(ids.max())})",
+    )
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -400,60 +456,21 @@ def paged_decode_attention(
     _check(seq_lens.dtype == torch.int32, f"seq_lens must be int32, got {seq_lens.dtype}")
     devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens)}
     _check(len(devices) == 1, f"all inputs must be on one device, got {sorted(map(str, devices))}")
-    # The kernel hard-codes unit stride along head_dim (so loads vectorise) and within a block
-    # table row; every other stride is passed in, so views that slice pages or heads still work.
-    _check(q.stride(2) == 1, f"q must have unit stride along head_dim, got strides {q.stride()}")
-    _check(
-        k_cache.stride(3) == 1 and v_cache.stride(3) == 1,
-        f"k_cache/v_cache need unit stride along head_dim, got {k_cache.stride()} and "
-        f"{v_cache.stride()}",
-    )
+    # The kernel hard-codes unit stride within a block table row (head_dim: check_q_and_cache);
+    # every other stride is passed in, so views that slice pages or heads still work.
     _check(
         block_tables.stride(1) == 1 or block_tables.shape[1] <= 1,
         f"block_tables rows must be contiguous, got strides {block_tables.stride()}",
     )
     _check(seq_lens.stride(0) == 1 or batch <= 1, "seq_lens must be contiguous")
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    else:
-        _check(
-            out.shape == q.shape
-            and out.dtype in (q.dtype, torch.float32)
-            and out.device == q.device,
-            f"out must match q: {tuple(q.shape)} {q.dtype} (or float32), got "
-            f"{tuple(out.shape)} {out.dtype}",
-        )
-        _check(out.stride(2) == 1, f"out must have unit stride along head_dim, got {out.stride()}")
-    if lse_out is not None:
-        _check(
-            lse_out.shape == (batch, num_q_heads)
-            and lse_out.dtype == torch.float32
-            and lse_out.device == q.device,
-            f"lse_out must be float32 [{batch}, {num_q_heads}], got {tuple(lse_out.shape)} "
-            f"{lse_out.dtype}",
-        )
+    out = checked_outputs(q, out, lse_out)
     if batch == 0:
         return out
 
-    max_pages = block_tables.shape[1]
     if check_bounds:
         lens = seq_lens.to(torch.int64)
         _check(bool((lens >= 1).all()), "seq_lens must be >= 1 (decode attends to >= 1 token)")
-        _check(
-            bool((lens <= max_pages * page_size).all()),
-            f"a sequence is longer than its block table: max_pages {max_pages} x page_size "
-            f"{page_size} < max(seq_lens) {int(lens.max())}",
-        )
-        used = (
-            torch.arange(max_pages, device=lens.device)[None, :]
-            < ((lens + page_size - 1) // page_size)[:, None]
-        )
-        ids = block_tables[used]
-        _check(
-            ids.numel() == 0 or bool(((ids >= 0) & (ids < num_pages)).all()),
-            f"block_tables point outside the pool of {num_pages} pages "
-            f"(used ids span {int(ids.min())}..{int(ids.max())})",
-        )
+        check_pages_in_pool(block_tables, lens, page_size, num_pages)
     if max_seq_len is None or (num_splits is None and total_tokens is None):
         lens_host = seq_lens.to("cpu", torch.int64)
         max_seq_len = int(lens_host.max()) if max_seq_len is None else max_seq_len

@@ -49,8 +49,11 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from kernels.paged_decode import (  # noqa: E402
+    _check,
     _num_sms,
+    check_pages_in_pool,
     check_q_and_cache,
+    checked_outputs,
 )
 
 _LOG2E = 1.4426950408889634
@@ -421,11 +424,6 @@ def plan_prefill(
     )
 
 
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
-
-
 def paged_prefill_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -475,37 +473,13 @@ def paged_prefill_attention(
     )
     devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q)}
     _check(len(devices) == 1, f"all inputs must be on one device, got {sorted(map(str, devices))}")
-    _check(q.stride(2) == 1, f"q must have unit stride along head_dim, got strides {q.stride()}")
-    _check(
-        k_cache.stride(3) == 1 and v_cache.stride(3) == 1,
-        f"k_cache/v_cache need unit stride along head_dim, got {k_cache.stride()} and "
-        f"{v_cache.stride()}",
-    )
     _check(
         block_tables.stride(1) == 1 or block_tables.shape[1] <= 1,
         f"block_tables rows must be contiguous, got strides {block_tables.stride()}",
     )
     _check(seq_lens.stride(0) == 1 or batch <= 1, "seq_lens must be contiguous")
     _check(cu_seqlens_q.stride(0) == 1, "cu_seqlens_q must be contiguous")
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    else:
-        _check(
-            out.shape == q.shape
-            and out.dtype in (q.dtype, torch.float32)
-            and out.device == q.device,
-            f"out must match q: {tuple(q.shape)} {q.dtype} (or float32), got "
-            f"{tuple(out.shape)} {out.dtype}",
-        )
-        _check(out.stride(2) == 1, f"out must have unit stride along head_dim, got {out.stride()}")
-    if lse_out is not None:
-        _check(
-            lse_out.shape == (total_new, num_q_heads)
-            and lse_out.dtype == torch.float32
-            and lse_out.device == q.device,
-            f"lse_out must be float32 [{total_new}, {num_q_heads}], got "
-            f"{tuple(lse_out.shape)} {lse_out.dtype}",
-        )
+    out = checked_outputs(q, out, lse_out)
     group = num_q_heads // num_kv_heads
 
     if check_bounds or plan is None:
@@ -522,23 +496,7 @@ def paged_prefill_attention(
             "seq_lens must count the chunk's own tokens: seq_lens >= new tokens per request",
         )
     if check_bounds and batch > 0:
-        max_pages = block_tables.shape[1]
-        _check(
-            bool(np.all(lens <= max_pages * page_size)),
-            f"a sequence is longer than its block table: max_pages {max_pages} x page_size "
-            f"{page_size} < max(seq_lens) {int(lens.max())}",
-        )
-        lens_t = seq_lens.to(torch.int64)
-        used = (
-            torch.arange(max_pages, device=lens_t.device)[None, :]
-            < ((lens_t + page_size - 1) // page_size)[:, None]
-        )
-        ids = block_tables[used]
-        _check(
-            ids.numel() == 0 or bool(((ids >= 0) & (ids < num_pages)).all()),
-            f"block_tables point outside the pool of {num_pages} pages "
-            f"(used ids span {int(ids.min())}..{int(ids.max())})",
-        )
+        check_pages_in_pool(block_tables, seq_lens.to(torch.int64), page_size, num_pages)
     if plan is None:
         plan = plan_prefill(
             q_lens,
