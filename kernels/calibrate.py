@@ -215,15 +215,7 @@ class LayerParts:
         from kernels.paged_decode import paged_decode_attention
 
         torch = self.torch
-        pages = [-(-n // PAGE_SIZE) for n in lens]
-        if sum(pages) > self.n_pages:
-            raise ValueError(f"pool of {self.n_pages} pages too small for {sum(pages)}")
-        perm = torch.randperm(self.n_pages, generator=self.gen, device=self.dev)[: sum(pages)]
-        table = torch.zeros((len(lens), max(pages)), dtype=torch.int32, device=self.dev)
-        at = 0
-        for b, p in enumerate(pages):
-            table[b, :p] = perm[at : at + p].to(torch.int32)
-            at += p
+        table = self._table(lens)  # decode lengths are >= 1: the same pages, the same draws
         seq_lens = torch.tensor(lens, dtype=torch.int32, device=self.dev)
         q = torch.randn(
             (len(lens), self.s["num_q_heads"], self.s["head_dim"]),
