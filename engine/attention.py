@@ -14,14 +14,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from kernels.paged_decode import paged_decode_attention
 from kernels.paged_prefill import PrefillPlan, paged_prefill_attention, plan_prefill
-
-
-def gather_pages(pool: torch.Tensor, pages: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """[num_tokens, H_kv, D] from a [num_pages, H_kv, page_size, D] pool and a page-id row."""
-    page_size = pool.shape[2]
-    used = pages[: -(-num_tokens // page_size)].long()
-    blocks = pool[used].transpose(1, 2)  # [n_pages, page_size, H_kv, D]
-    return blocks.reshape(-1, pool.shape[1], pool.shape[3])[:num_tokens]
+from kernels.reference import gather_kv
 
 
 def paged_prefill_torch(
@@ -48,8 +41,8 @@ def paged_prefill_torch(
     starts = cu_seqlens_q.tolist()
     for i, total in enumerate(seq_lens.tolist()):
         a, b = starts[i], starts[i + 1]
-        k = gather_pages(k_cache, block_tables[i], total).transpose(0, 1)  # [H_kv, total, D]
-        v = gather_pages(v_cache, block_tables[i], total).transpose(0, 1)
+        k = gather_kv(k_cache, block_tables[i], total).transpose(0, 1)  # [H_kv, total, D]
+        v = gather_kv(v_cache, block_tables[i], total).transpose(0, 1)
         qi = q[a:b].transpose(0, 1)  # [H_q, n, D]
         o = F.scaled_dot_product_attention(
             qi[None],
