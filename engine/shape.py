@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+
+from kernels.shapes import MODEL_SHAPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +73,5 @@ TINY = ModelShape(
     intermediate_size=96,
     vocab_size=128,
 )
-LLAMA_3_8B = ModelShape(
-    num_layers=32,
-    hidden_size=4096,
-    num_q_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=14336,
-    vocab_size=128256,
-)
+# The kernels' plain-data presets (kernels/shapes.py, kept equal to sim's by a test).
+LLAMA_3_8B = ModelShape.from_model_config(SimpleNamespace(**MODEL_SHAPES["llama-3-8b"]))
