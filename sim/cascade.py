@@ -14,7 +14,7 @@ every request that hits them).
 
 from __future__ import annotations
 
-from sim.executor import ModelledExecutor
+from sim.executor import ModelledExecutor, RemoteTransfer
 from sim.latency.base import LatencyModel
 from sim.scheduler import BatchItem, Step
 
@@ -40,25 +40,24 @@ def shared_prefix_groups(items: list[BatchItem], page_size: int) -> list[tuple[i
     return groups
 
 
-class CascadeExecutor:
-    """Wraps the modelled executor: decode contexts shrink to their tails, plus prefix passes.
+class CascadeExecutor(ModelledExecutor):
+    """The modelled executor with a cascade decode kernel: decode contexts shrink to their
+    tails, plus one prefix pass per group.
 
     The engine launches the cascade only when it is faster than the plain kernel for the step
     (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
 
-    def __init__(self, inner: ModelledExecutor, latency: LatencyModel, page_size: int):
-        self.inner, self.latency, self.page_size = inner, latency, page_size
+    def __init__(self, latency: LatencyModel, transfer: RemoteTransfer | None, page_size: int):
+        super().__init__(latency, transfer)
+        self.page_size = page_size
 
-    def run_step(self, node_id: int, step: Step, now: float) -> float:
+    def compute_s(self, step: Step) -> float:
         groups = shared_prefix_groups(step.items, self.page_size)
-        if not groups:
-            return self.inner.run_step(node_id, step, now)
         shape = step.shape()
         plain_s = self.latency.shape_time_s(shape)
+        if not groups:
+            return plain_s
         shape.decode_ctx_sum -= sum(size * tokens for size, tokens in groups)
         cascade_s = self.latency.shape_time_s(shape)
         cascade_s += sum(self.latency.cascade_prefix_s(size, tokens) for size, tokens in groups)
-        step_s = min(plain_s, cascade_s)
-        if self.inner.transfer is not None:
-            step_s += self.inner.transfer(node_id, step.items, now)
-        return step_s
+        return min(plain_s, cascade_s)

@@ -119,10 +119,9 @@ class Cluster:
 
     def _executor(self, transfer) -> StepExecutor:
         """The latency model prices each step (decode as a cascade kernel if asked)."""
-        modelled = ModelledExecutor(self.latency, transfer)
         if self.cfg.node.decode_attention == "cascade":
-            return CascadeExecutor(modelled, self.latency, self.page_size)
-        return modelled
+            return CascadeExecutor(self.latency, transfer, self.page_size)
+        return ModelledExecutor(self.latency, transfer)
 
     def _wake(self, node_id: int) -> None:
         self.nodes[node_id].wake()

@@ -26,7 +26,11 @@ class ModelledExecutor:
         self.transfer = transfer
 
     def run_step(self, node_id: int, step: Step, now: float) -> float:
-        step_s = self.latency.shape_time_s(step.shape())
+        step_s = self.compute_s(step)
         if self.transfer is not None:  # pages on other nodes arrive before the step reads them
             step_s += self.transfer(node_id, step.items, now)
         return step_s
+
+    def compute_s(self, step: Step) -> float:
+        """The step's compute, as the latency model prices it."""
+        return self.latency.shape_time_s(step.shape())

@@ -42,7 +42,7 @@ def test_cascade_prices_tails_plus_one_prefix_pass_per_group():
     shared = list(range(128))  # 2,048 shared tokens
     items = [decode(i, [*shared, 1000 + 2 * i, 1001 + 2 * i]) for i in range(32)]
     step = Step(items=items)
-    cascade = CascadeExecutor(ModelledExecutor(latency), latency, PAGE).run_step(0, step, 0.0)
+    cascade = CascadeExecutor(latency, None, PAGE).run_step(0, step, 0.0)
     tail_sum = step.shape().decode_ctx_sum - 32 * 2048
     expected = latency.shape_time_s(StepShape([], [], 32, tail_sum))
     expected += latency.cascade_prefix_s(32, 2048)
@@ -56,5 +56,5 @@ def test_a_step_where_the_cascade_does_not_pay_runs_the_plain_kernel():
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     step = Step(items=[decode(i, [0, 1, 10 + i]) for i in range(2)])  # 2 x 32 shared tokens
     plain = ModelledExecutor(latency).run_step(0, step, 0.0)
-    cascade = CascadeExecutor(ModelledExecutor(latency), latency, PAGE).run_step(0, step, 0.0)
+    cascade = CascadeExecutor(latency, None, PAGE).run_step(0, step, 0.0)
     assert cascade == plain  # an extra launch for 32 shared tokens costs more than it saves
