@@ -68,18 +68,25 @@ def load_engine_run(run_dir: Path) -> EngineRun:
     return EngineRun(cfg, requests, steps)
 
 
-def workload_requests(cfg: ExperimentConfig) -> tuple[list[Request], int | None]:
-    """The run's requests as the config generates them (same seed: same ids and tokens)."""
-    workload = make_workload(
+def run_workload(cfg: ExperimentConfig) -> Workload:
+    """The run's workload as the config generates it (same seed: same ids and tokens)."""
+    return make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
     )
+
+
+def measured_requests(run: EngineRun) -> tuple[list[Request], int | None]:
+    """The requests the engine received (ids in requests.csv), regenerated from the config; the
+    stream is read only as far as the last of them (a closed loop's stream is endless)."""
+    workload = run_workload(run.cfg)
+    wanted = set(run.requests.request_id.astype(int))
+    last = max(wanted, default=-1)
     requests = []
     for req in workload.requests:
-        if req.arrival_s is not None and req.arrival_s >= cfg.duration_s:
+        if req.request_id in wanted:
+            requests.append(req)
+        if req.request_id >= last:
             break
-        requests.append(req)
-        if workload.num_clients is not None and len(requests) >= 100_000:
-            break  # closed loop: more than any run of bounded duration can send
     return requests, workload.num_clients
 
 
@@ -182,21 +189,20 @@ def simulate(run: EngineRun, requests: list[Request], num_clients: int | None) -
         timed = [_at(r, arrival[r.request_id]) for r in requests if r.request_id in arrival]
         timed.sort(key=lambda r: (r.arrival_s, r.request_id))
         workload = Workload("engine-replay", iter(timed))
-    else:
-        fresh = [_at(r, None) for r in requests]  # the run drops finished prompts: copies
-        workload = Workload("engine-replay", iter(fresh), num_clients=num_clients)
+    else:  # closed loop: the same clients draw the same stream, as far as the simulation goes
+        workload = Workload("engine-replay", run_workload(cfg).requests, num_clients=num_clients)
     cluster = Cluster(cfg, workload, np.random.default_rng([cfg.seed, 1]), make_policy)
     cluster.run()
     return request_frame(cluster.sequences, "sim")
 
 
-def _at(req: Request, arrival_s: float | None) -> Request:
+def _at(req: Request, arrival_s: float) -> Request:
     """A copy of `req` arriving at `arrival_s` (a finished run drops its copy's prompt)."""
     return Request(
         request_id=req.request_id,
         prompt=req.prompt,
         output_tokens=req.output_tokens,
-        arrival_s=None if arrival_s is None else float(arrival_s),
+        arrival_s=float(arrival_s),
         session_id=req.session_id,
         priority=req.priority,
         tag=req.tag,
@@ -243,7 +249,7 @@ def validate(
     if overhead_from is not None:
         source = f"measured on {overhead_from.name} (kvsched validate)"
         run = with_overheads(run, measured_overheads(load_engine_run(overhead_from)), source)
-    requests, num_clients = workload_requests(run.cfg)
+    requests, num_clients = measured_requests(run)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
     steps = step_errors(run, latency)
     step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvsched.validate import workload_requests
+from kvsched.validate import run_workload
 from policies import make_policy
 from sim.config import parse_config
 from sim.kv.manager import paged_kv_from_config
@@ -49,8 +49,12 @@ def upgrade(run_dir: Path) -> str:
         old_req[c] = old_req[c].astype(int)
     old_req["routed_s"] = old_req.routed_s.astype(float)
     cfg = parse_config(json.loads((arm / "config.json").read_text()))
-    requests, _ = workload_requests(cfg)
-    by_id = {r.request_id: r for r in requests}
+    last = int(old_req.request_id.max())
+    by_id = {}
+    for req in run_workload(cfg).requests:  # ids count up from 0 in stream order
+        by_id[req.request_id] = req
+        if req.request_id >= last:
+            break
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     scheduler = Scheduler(cfg.node, paged_kv_from_config(cfg, latency, 0, make_policy))
     starts = old_steps.start_s.to_numpy()
