@@ -61,7 +61,7 @@ def serve_one(
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     kv = paged_kv_from_config(cfg, latency, 0, make_policy)
     assert kv.cache.pool.num_pages <= model.pool.num_pages
-    scheduler = Scheduler(cfg.node, kv)
+    scheduler = Scheduler(cfg.node, kv, make_policy("scheduling", cfg.policies.scheduling))
     executor = GpuExecutor(model, graphs, tp_runner)
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])

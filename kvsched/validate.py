@@ -98,7 +98,11 @@ def replay(run: EngineRun, requests: list[Request]) -> dict:
     (requests.csv `queued_step`), so every scheduling decision sees the engine's queue."""
     cfg = run.cfg
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
-    scheduler = Scheduler(cfg.node, paged_kv_from_config(cfg, latency, 0, make_policy))
+    scheduler = Scheduler(
+        cfg.node,
+        paged_kv_from_config(cfg, latency, 0, make_policy),
+        make_policy("scheduling", cfg.policies.scheduling),
+    )
     by_id = {r.request_id: r for r in requests}
     queued = run.requests[run.requests.queued_step >= 0].sort_values(
         ["queued_step", "routed_s", "request_id"], kind="stable"

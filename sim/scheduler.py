@@ -64,18 +64,11 @@ class Step:
         return StepShape(new, ctx, num_decode, decode_sum)
 
 
-class _Newest:
-    """The default when no policy is injected (tests, the engine): vLLM's newest-first rule."""
-
-    def victim(self, running: list[Sequence]) -> Sequence:
-        return running[-1]
-
-
 class Scheduler:
-    def __init__(self, cfg: NodeConfig, kv: KVManager, policy: SchedulingPolicy | None = None):
+    def __init__(self, cfg: NodeConfig, kv: KVManager, policy: SchedulingPolicy):
         self.cfg = cfg
         self.kv = kv
-        self.policy: SchedulingPolicy = policy if policy is not None else _Newest()
+        self.policy = policy  # policies.scheduling, as the config's policies.scheduling names
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0

@@ -24,11 +24,14 @@ class ConstantLatency:
 
 def sim_node(env, node_id: int, cfg, kv, latency, on_finish, transfer=None):
     """A SimPy node over a pure scheduler, priced by `latency` (+ remote `transfer`)."""
+    from policies.params import NoParams
+    from policies.scheduling import Newest
     from sim.executor import ModelledExecutor
     from sim.node import Node
     from sim.scheduler import Scheduler
 
-    return Node(env, node_id, Scheduler(cfg, kv), ModelledExecutor(latency, transfer), on_finish)
+    scheduler = Scheduler(cfg, kv, Newest(NoParams()))
+    return Node(env, node_id, scheduler, ModelledExecutor(latency, transfer), on_finish)
 
 
 def make_request(

@@ -56,7 +56,11 @@ def upgrade(run_dir: Path) -> str:
         if req.request_id >= last:
             break
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
-    scheduler = Scheduler(cfg.node, paged_kv_from_config(cfg, latency, 0, make_policy))
+    scheduler = Scheduler(
+        cfg.node,
+        paged_kv_from_config(cfg, latency, 0, make_policy),
+        make_policy("scheduling", cfg.policies.scheduling),
+    )
     starts = old_steps.start_s.to_numpy()
     joins = old_req[old_req.status != "failed"].copy()
     joins["queued_step"] = np.searchsorted(starts, joins.routed_s.to_numpy(), side="left")

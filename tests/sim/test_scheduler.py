@@ -9,7 +9,7 @@ import numpy as np
 
 from policies.admission import Always, NoParams
 from policies.eviction import LRU
-from policies.scheduling import LongestContext
+from policies.scheduling import LongestContext, Newest
 from sim.config import NodeConfig
 from sim.kv.manager import PagedKV
 from sim.kv.paged_cache import PagedKVCache
@@ -25,7 +25,7 @@ def make_scheduler(num_pages: int = 64, budget: int = 4096, watermark: float = 0
         num_pages, PAGE, PAGE * 1024, eviction=LRU(NoParams()), admission=Always(NoParams())
     )
     cfg = NodeConfig(num_gpus=1, tp=1, max_num_batched_tokens=budget, admission_watermark=watermark)
-    return Scheduler(cfg, PagedKV(cache, 1024), policy), cache
+    return Scheduler(cfg, PagedKV(cache, 1024), policy or Newest(NoParams())), cache
 
 
 def seq_of(request_id: int, tokens, output_tokens: int = 2) -> Sequence:
