@@ -149,6 +149,39 @@ def decode_graph_bench(shape, w, device, batches=(1, 16, 64, 256), ctx=2048) -> 
     return out
 
 
+def mixed_graph_bench(shape, w, device, ctx=2048) -> dict:
+    """Steps with a prefill chunk: eager vs piecewise graphs (engine/piecewise.py), host wall
+    time per step (median of 15) and the logits' relative error between the two."""
+    from engine.piecewise import MixedGraphs
+
+    num_pages = 8192
+    pool = KVPool(shape.num_layers, num_pages + 1, shape.num_kv_heads, PAGE, shape.head_dim, device)
+    pool.k.normal_(), pool.v.normal_()
+    model = PagedModel(shape, w, pool)
+    mixed_graphs = MixedGraphs(model, scratch_page=num_pages, buckets=(64, 256, 512))
+    t = time.perf_counter()
+    mixed_graphs.capture()
+    out: dict = {"capture_s": round(time.perf_counter() - t, 2), "ctx": ctx}
+    rng = np.random.default_rng(2)
+
+    def work(n: int, context: int, prefill: bool) -> SeqWork:
+        pages = rng.integers(0, num_pages, -(-(context + n) // PAGE)).tolist()
+        return SeqWork(rng.integers(0, shape.vocab_size, n), context, pages, prefill)
+
+    cases = {"1x50_chunk": [work(50, 0, True)], "16dec+200_chunk": [work(1, ctx - 1, False)] * 16}
+    cases["16dec+200_chunk"] = cases["16dec+200_chunk"] + [work(200, 1000, True)]
+    cases["64dec+400_chunk"] = [work(1, ctx - 1, False) for _ in range(64)] + [work(400, 0, True)]
+    for name, works in cases.items():
+        step = model.prepare(works)
+        eager = model.forward(step)
+        graph = mixed_graphs.run(step).clone()
+        err = float((graph.float() - eager.float()).norm() / eager.float().norm())
+        t_eager = _median_s(lambda: greedy(model.forward(model.prepare(works))).tolist())  # noqa: B023
+        t_graph = _median_s(lambda: greedy(mixed_graphs.run(model.prepare(works))).tolist())  # noqa: B023
+        out[name] = {"eager_ms": t_eager * 1e3, "piecewise_ms": t_graph * 1e3, "rel_err": err}
+    return out
+
+
 def run(shape_name: str, device: str, seed: int = 0) -> dict:
     shape = SHAPES[shape_name]
     t0 = time.perf_counter()
@@ -203,6 +236,8 @@ def run(shape_name: str, device: str, seed: int = 0) -> dict:
     if device == "cuda":
         del model, model_torch, pool
         out["decode_graphs"] = decode_graph_bench(shape, w, device)
+        torch.cuda.empty_cache()
+        out["mixed_graphs"] = mixed_graph_bench(shape, w, device)
     out["total_s"] = round(time.perf_counter() - t0, 2)
     return out
 

@@ -21,7 +21,7 @@ from engine.batch import SeqWork, StepInputs, build_step
 from engine.kv_pool import KVPool
 from engine.layers import apply_rope, rms_norm, rope_cos_sin, swiglu_mlp
 from engine.shape import ModelShape
-from engine.weights import LayerWeights, Weights
+from engine.weights import Weights
 
 
 class PagedModel:
@@ -52,26 +52,62 @@ class PagedModel:
     @torch.inference_mode()
     def forward(self, step: StepInputs) -> torch.Tensor:
         """Logits [len(works), vocab] (bf16) of each sequence's last new token, in input order."""
-        s = self.shape
-        x = F.embedding(step.input_ids, self.weights.embed)  # [T, hidden]
-        cos, sin = rope_cos_sin(step.positions, s.head_dim, s.rope_theta)
-        for i, w in enumerate(self.weights.layers):
-            x = x + self._attention(i, w, rms_norm(x, w.attn_norm, s.rms_eps), cos, sin, step)
-            h = rms_norm(x, w.mlp_norm, s.rms_eps)
-            x = x + self._all_reduce(swiglu_mlp(h, w.w_gate_up, w.w_down))
-        last = rms_norm(x[step.logits_rows], self.weights.final_norm, s.rms_eps)
-        return self._gather_vocab(F.linear(last, self.weights.lm_head))
+        x = self.embed(step.input_ids)  # [T, hidden]: the residual stream
+        q = self.pre_attention(0, x, step.positions, step.slot_pages, step.slot_offsets)
+        for i in range(self.shape.num_layers):
+            out = self.attention(i, q, step)
+            x = self.post_attention(i, x, out)
+            if i + 1 < self.shape.num_layers:
+                q = self.pre_attention(i + 1, x, step.positions, step.slot_pages, step.slot_offsets)
+        return self.head(x, step.logits_rows)
 
-    def _attention(self, i: int, w: LayerWeights, h, cos, sin, step: StepInputs) -> torch.Tensor:
-        d, hq, hkv = self.shape.head_dim, self.shard.num_q_heads, self.shard.num_kv_heads
-        qkv = F.linear(h, w.wqkv)  # [T, (hq + 2 hkv) * d]
+    # The step in segments. Everything but attention depends only on the token count and on
+    # per-token device tensors, so engine/piecewise.py captures each stretch between two
+    # attentions in a CUDA graph and runs attention (ragged, planned per step) eagerly.
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weights.embed)
+
+    def pre_attention(
+        self,
+        i: int,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        slot_pages: torch.Tensor,
+        slot_offsets: torch.Tensor,
+    ) -> torch.Tensor:
+        """Layer i's attention input: norm, QKV, rotary; writes the new tokens' K/V into the
+        pool. Returns q [T, H_q, D]."""
+        s, w = self.shape, self.weights.layers[i]
+        d, hq, hkv = s.head_dim, self.shard.num_q_heads, self.shard.num_kv_heads
+        qkv = F.linear(rms_norm(x, w.attn_norm, s.rms_eps), w.wqkv)  # [T, (hq + 2 hkv) * d]
         q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        cos, sin = rope_cos_sin(positions, d, s.rope_theta)
         q = apply_rope(q.view(-1, hq, d), cos, sin)
         k = apply_rope(k.view(-1, hkv, d), cos, sin)
-        self.pool.write(i, k, v.view(-1, hkv, d), step.slot_pages, step.slot_offsets)
+        self.pool.write(i, k, v.view(-1, hkv, d), slot_pages, slot_offsets)
+        return q
+
+    def post_attention(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The residual stream after layer i: O projection, MLP, both residual adds."""
+        s, w = self.shape, self.weights.layers[i]
+        x = x + self._all_reduce(F.linear(attn.view(x.shape[0], -1), w.wo))
+        h = rms_norm(x, w.mlp_norm, s.rms_eps)
+        return x + self._all_reduce(swiglu_mlp(h, w.w_gate_up, w.w_down))
+
+    def head(self, x: torch.Tensor, logits_rows: torch.Tensor) -> torch.Tensor:
+        last = rms_norm(x[logits_rows], self.weights.final_norm, self.shape.rms_eps)
+        return self._gather_vocab(F.linear(last, self.weights.lm_head))
+
+    def attention(
+        self, i: int, q: torch.Tensor, step: StepInputs, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Layer i's attention of the step's rows of q: decodes by the paged decode kernel,
+        prefill chunks by the paged prefill kernel. Rows of q past step.num_tokens (padding of
+        a graphed step) are left alone."""
         k_pool, v_pool = self.pool.layer(i)
-        out = torch.empty_like(q)  # [T, hq, d]
-        nd = step.num_decodes
+        out = torch.empty_like(q) if out is None else out  # [T, hq, d]
+        nd, nt = step.num_decodes, step.num_tokens
         if nd:
             paged_decode_attention(
                 q[:nd],
@@ -85,19 +121,19 @@ class PagedModel:
                 num_splits=step.decode_num_splits,
                 check_bounds=False,
             )
-        if step.num_tokens > nd:
+        if nt > nd:
             paged_prefill_attention(
-                q[nd:],
+                q[nd:nt],
                 k_pool,
                 v_pool,
                 step.prefill_tables,
                 step.prefill_lens,
                 step.prefill_cu,
-                out=out[nd:],
+                out=out[nd:nt],
                 plan=step.prefill_plan,
                 check_bounds=False,
             )
-        return self._all_reduce(F.linear(out.view(-1, hq * d), w.wo))
+        return out
 
     def _gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         if self.tp == 1:

@@ -97,7 +97,9 @@ def _replaceable(path: Path) -> bool:
     return not path.exists() or (path.is_dir() and (path / MARKER).is_file())
 
 
-def write_run(out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int) -> dict:
+def write_run(
+    out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int, info: dict | None = None
+) -> dict:
     tmp = out_dir.with_name(out_dir.name + ".partial")
     for path in (out_dir, tmp):
         if not _replaceable(path):
@@ -122,7 +124,7 @@ def write_run(out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int) -
     }
     _json(tmp / "summary.json", summary)
     date = datetime.now(UTC).isoformat(timespec="seconds")
-    _json(tmp / "run_info.json", {"wall_s": round(result.wall_s, 3), "date": date})
+    _json(tmp / "run_info.json", {"wall_s": round(result.wall_s, 3), "date": date, **(info or {})})
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return summary

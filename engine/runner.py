@@ -34,6 +34,7 @@ import torch
 from engine.batch import SeqWork
 from engine.graphs import DecodeGraphs
 from engine.model import PagedModel, greedy
+from engine.piecewise import MixedGraphs
 
 # Engine columns appended to sim.steps.STEP_COLUMNS in steps.csv.
 ENGINE_STEP_COLUMNS = ["gpu_s", "prep_s", "sched_s"]
@@ -47,9 +48,16 @@ class StepTiming:
 
 
 class GpuExecutor:
-    def __init__(self, model: PagedModel, graphs: DecodeGraphs | None = None, tp_runner=None):
+    def __init__(
+        self,
+        model: PagedModel,
+        graphs: DecodeGraphs | None = None,
+        tp_runner=None,
+        mixed: MixedGraphs | None = None,
+    ):
         self.model = model
         self.graphs = graphs  # decode-only steps replay a CUDA graph when one fits
+        self.mixed = mixed  # other steps replay piecewise graphs when their token count fits
         self.tp_runner = tp_runner  # engine.tp.TensorParallelRunner: rank 0 of a TP group
         self.vocab = model.shape.vocab_size
         self._ids: dict[int, np.ndarray] = {}  # request id -> prompt ++ generated ids
@@ -87,6 +95,8 @@ class GpuExecutor:
         elif step is None:  # graphed
             assert self.graphs is not None
             logits = self.graphs.run(works)
+        elif self.mixed is not None and self.mixed.bucket_for(step.num_tokens) is not None:
+            logits = self.mixed.run(step)
         else:
             logits = self.model.forward(step)
         next_ids = greedy(logits)

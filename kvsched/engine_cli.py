@@ -1,4 +1,4 @@
-"""`kvsched engine run --config FILE --out DIR [--graphs]`: serve a workload on the GPU engine.
+"""`kvsched engine run --config FILE --out DIR [--graphs [none|decode|all]]`: serve a workload on the GPU engine.
 
 The same scheduler and KV cache as `kvsched run`, with each step executed by engine/ on the GPU
 (torch and triton needed; `torchrun --nproc-per-node 2 -m kvsched.engine_run ...` for TP 2).
@@ -25,7 +25,7 @@ def cmd_engine_run(args) -> int:
     if out.name != stem:  # engine_run writes <out-root>/<config stem>
         raise ConfigError(f"--out: name the run directory after the config ({out.parent / stem})")
     argv = ["--config", args.config, "--out-root", str(out.parent)]
-    argv += ["--graphs"] if args.graphs else []
+    argv += ["--graphs", args.graphs]
     argv += ["--no-warmup"] if args.no_warmup else []
     engine_run.main(argv)
     return 0
@@ -37,6 +37,14 @@ def register(sub) -> None:
     run = verbs.add_parser("run", help="serve a config's workload with real GPU steps")
     run.add_argument("--config", required=True, help="YAML or JSON experiment config (one node)")
     run.add_argument("--out", required=True, help="run directory: <dir>/<config stem>")
-    run.add_argument("--graphs", action="store_true", help="CUDA graphs for decode-only steps")
+    run.add_argument(
+        "--graphs",
+        choices=["none", "decode", "all"],
+        default="none",
+        const="all",
+        nargs="?",
+        help="CUDA graphs: none, decode-only steps, or all (mixed steps piecewise); "
+        "--graphs alone means all",
+    )
     run.add_argument("--no-warmup", action="store_true", help="skip the warm-up (CPU smoke runs)")
     run.set_defaults(func=cmd_engine_run)

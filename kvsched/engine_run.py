@@ -29,6 +29,7 @@ from engine.driver import WallClockDriver
 from engine.graphs import DecodeGraphs
 from engine.kv_pool import KVPool
 from engine.model import PagedModel
+from engine.piecewise import MixedGraphs
 from engine.rundir import write_run
 from engine.runner import GpuExecutor
 from engine.shape import ModelShape
@@ -55,14 +56,14 @@ def _sequence_factory(cfg, kv, headroom_tokens: int):
 
 
 def serve_one(
-    cfg, raw: dict, model: PagedModel, out_dir: Path, graphs=None, tp_runner=None
+    cfg, raw: dict, model: PagedModel, out_dir: Path, graphs=None, tp_runner=None, mixed=None
 ) -> dict:
     assert cfg.cluster.num_nodes == 1 and cfg.cache.mechanism == "paged", "one paged node"
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     kv = paged_kv_from_config(cfg, latency, 0, make_policy)
     assert kv.cache.pool.num_pages <= model.pool.num_pages
     scheduler = Scheduler(cfg.node, kv, make_policy("scheduling", cfg.policies.scheduling))
-    executor = GpuExecutor(model, graphs, tp_runner)
+    executor = GpuExecutor(model, graphs, tp_runner, mixed)
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
     )
@@ -80,7 +81,9 @@ def serve_one(
     for seq in result.sequences:
         if seq.status in (Status.WAITING, Status.RUNNING):
             seq.status = Status.UNFINISHED
-    return write_run(out_dir, raw, cfg, result, kv, scheduler.num_preemptions)
+    graphs_mode = "none" if graphs is None else ("all" if mixed is not None else "decode")
+    info = {"graphs": graphs_mode, "tp": cfg.node.tp}
+    return write_run(out_dir, raw, cfg, result, kv, scheduler.num_preemptions, info)
 
 
 def build_model(cfgs, device: str, rank: int, tp: int) -> tuple[PagedModel, int]:
@@ -113,7 +116,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-root", required=True)
     ap.add_argument("--warmup-steps", type=int, default=20, help="random steps after the grid")
     ap.add_argument("--no-warmup", action="store_true", help="skip the warm-up (CPU smoke runs)")
-    ap.add_argument("--graphs", action="store_true", help="CUDA graphs for decode-only steps")
+    ap.add_argument(
+        "--graphs",
+        choices=["none", "decode", "all"],
+        default="none",
+        const="all",
+        nargs="?",
+        help="CUDA graphs: none, decode-only steps, or all (decode-only steps whole, other "
+        "steps up to 512 tokens piecewise around attention); --graphs alone means all",
+    )
     args = ap.parse_args(argv)
     raws = [load_config_file(p) for p in args.config]
     cfgs = [parse_config(r, source=p) for r, p in zip(raws, args.config, strict=True)]
@@ -130,19 +141,22 @@ def main(argv: list[str] | None = None) -> None:
         return
     forward = runner.forward if runner else None
     warm = 0.0 if args.no_warmup else warm_up(model, args.warmup_steps, cfgs[0].seed, forward)
-    graphs = None
-    if args.graphs and tp == 1:
+    graphs, mixed = None, None
+    if args.graphs != "none" and tp == 1:
         graphs = DecodeGraphs(model, max(c.cache.max_model_len for c in cfgs), num_pages)
         graphs.capture()
+    if args.graphs == "all" and tp == 1:
+        mixed = MixedGraphs(model, num_pages)
+        mixed.capture()
     print(
-        f"tp {tp}, graphs {graphs is not None}, setup {time.perf_counter() - t0:.1f}s: "
+        f"tp {tp}, graphs {args.graphs if tp == 1 else 'none'}, setup {time.perf_counter() - t0:.1f}s: "
         f"{num_pages} pages ({model.pool.num_bytes / 2**30:.1f} GiB KV per rank), "
         f"warm-up {warm:.1f}s",
         flush=True,
     )
     for raw, cfg, path in zip(raws, cfgs, args.config, strict=True):
         out = Path(args.out_root) / Path(path).stem
-        summary = serve_one(cfg, raw, model, out, graphs, runner)
+        summary = serve_one(cfg, raw, model, out, graphs, runner, mixed)
         eng = summary["arms"]["engine"]
         print(
             f"{cfg.name}: {eng['completed']} done, {eng['num_steps']} steps, "

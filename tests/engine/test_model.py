@@ -117,3 +117,28 @@ def test_decode_graph_inputs_match_the_eager_step(model, weights):
     padded = graphs.run(works)  # 3 rows padded to 4
     for row, p in zip(padded, prompts, strict=True):
         assert_close(row, reference_logits(TINY, weights, torch.tensor(p))[-1])
+
+
+def test_piecewise_mixed_step_matches_reference(model, weights):
+    """MixedGraphs' segments on static buffers (padded token count, scratch-page K/V for the
+    padding) give the reference logits; on CPU nothing is captured, the segments run eagerly.
+    The padding rows write only the scratch page: the next step, reading the real pages, still
+    matches the reference."""
+    from engine.piecewise import MixedGraphs
+
+    p1, p2, p3 = tokens(20, 30), tokens(21, 19), tokens(22, 26)
+    run_prompt(model, p1[:-1], [0, 1], [29])
+    mixed = MixedGraphs(model, scratch_page=23, buckets=(8, 16, 64))
+    works = [
+        SeqWork(p2, 0, [2, 3], True),  # 19 new tokens
+        SeqWork(p1[-1:], 29, [0, 1], False),
+        SeqWork(p3[:12], 0, [4, 5], True),
+    ]
+    step = model.prepare(works)
+    assert mixed.bucket_for(step.num_tokens) == 64  # 32 tokens padded to 64
+    logits = mixed.run(step)
+    for row, p in zip(logits, (p2, p1, p3[:12]), strict=True):
+        assert_close(row, reference_logits(TINY, weights, torch.tensor(p))[-1])
+    rest = model.prepare([SeqWork(p3[12:], 12, [4, 5], True)])  # 14 tokens, padded to 16
+    assert_close(mixed.run(rest)[0], reference_logits(TINY, weights, torch.tensor(p3))[-1])
+    assert mixed.bucket_for(65) is None
