@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.batch import SeqWork
+from engine.batch import SeqWork, StepInputs
 from engine.graphs import DecodeGraphs
 from engine.model import PagedModel, greedy
 from engine.piecewise import MixedGraphs
@@ -47,22 +47,50 @@ class StepTiming:
     prep_s: float  # executor CPU before the first launch
 
 
-class GpuExecutor:
+class StepForward:
+    """How a step runs: a whole-step decode graph, piecewise graphs around attention, or eagerly.
+    The choice depends only on the step's works, so every rank of a TP group takes the same path
+    (the graphs hold collectives, so the ranks must replay them in lock-step)."""
+
     def __init__(
         self,
         model: PagedModel,
         graphs: DecodeGraphs | None = None,
-        tp_runner=None,
         mixed: MixedGraphs | None = None,
     ):
-        self.model = model
-        self.graphs = graphs  # decode-only steps replay a CUDA graph when one fits
-        self.mixed = mixed  # other steps replay piecewise graphs when their token count fits
+        self.model, self.graphs, self.mixed = model, graphs, mixed
+
+    def prepare(self, works: list[SeqWork]) -> StepInputs | None:
+        """The step's device inputs; None for a decode-only step a decode graph runs (it copies
+        its inputs into its own static buffers)."""
+        graphed = (
+            self.graphs is not None
+            and not any(w.is_prefill for w in works)
+            and self.graphs.size_for(len(works)) is not None
+        )
+        return None if graphed else self.model.prepare(works)
+
+    def run(self, works: list[SeqWork], step: StepInputs | None) -> torch.Tensor:
+        if step is None:
+            assert self.graphs is not None
+            return self.graphs.run(works)
+        if self.mixed is not None and self.mixed.bucket_for(step.num_tokens) is not None:
+            return self.mixed.run(step)
+        return self.model.forward(step)
+
+    def __call__(self, works: list[SeqWork]) -> torch.Tensor:
+        return self.run(works, self.prepare(works))
+
+
+class GpuExecutor:
+    def __init__(self, forward: StepForward, tp_runner=None):
+        self.model = forward.model
+        self.forward = forward
         self.tp_runner = tp_runner  # engine.tp.TensorParallelRunner: rank 0 of a TP group
-        self.vocab = model.shape.vocab_size
+        self.vocab = self.model.shape.vocab_size
         self._ids: dict[int, np.ndarray] = {}  # request id -> prompt ++ generated ids
         self.num_steps = 0
-        self._cuda = model.pool.k.device.type == "cuda"
+        self._cuda = self.model.pool.k.device.type == "cuda"
 
     def tokens(self, seq, start: int, n: int) -> np.ndarray:
         """Token ids [n] at positions start.. of the sequence (prompt, then generated ids)."""
@@ -80,26 +108,14 @@ class GpuExecutor:
             SeqWork(self.tokens(seq, seq.num_computed, n), seq.num_computed, seq.pages, pre)
             for seq, n, pre in items
         ]
-        graphed = (
-            self.graphs is not None
-            and not any(w.is_prefill for w in works)
-            and self.graphs.size_for(len(works)) is not None
-        )
-        step = None if graphed or self.tp_runner else self.model.prepare(works)
+        if self.tp_runner is not None:
+            self.tp_runner.send(works)  # the followers prepare and run the same step
+        step = self.forward.prepare(works)
         if self._cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
         t1 = time.perf_counter()
-        if self.tp_runner is not None:
-            logits = self.tp_runner.forward(works)
-        elif step is None:  # graphed
-            assert self.graphs is not None
-            logits = self.graphs.run(works)
-        elif self.mixed is not None and self.mixed.bucket_for(step.num_tokens) is not None:
-            logits = self.mixed.run(step)
-        else:
-            logits = self.model.forward(step)
-        next_ids = greedy(logits)
+        next_ids = greedy(self.forward.run(works, step))
         if self._cuda:
             end.record()
         sampled = next_ids.tolist()  # the sync

@@ -5,8 +5,12 @@ work (token ids, positions, block tables: the `SeqWork` list) to the other ranks
 rank runs the same forward on its shard of the weights and of the KV pool (PagedModel's
 all-reduces and vocabulary all-gather keep them in step). A `None` broadcast ends the followers.
 
+Every rank runs the step through its own `StepForward` (engine/runner.py), whose choice of path
+(decode graph, piecewise graphs, eager) depends only on the works: the ranks replay the same
+graphs, with their NCCL collectives, in lock-step. Graphs are captured by all ranks together,
+between two `follow` phases (engine_run: warm-up, capture, serve).
+
 Launch one process per GPU (torchrun, NCCL); with gloo it runs on CPU (tests/engine/test_tp.py).
-Decode CUDA graphs are not used under TP yet: every rank would have to replay in lock-step.
 """
 
 from __future__ import annotations
@@ -16,18 +20,24 @@ import torch.distributed as dist
 
 from engine.batch import SeqWork
 from engine.model import PagedModel
+from engine.runner import StepForward
 
 
 class TensorParallelRunner:
-    def __init__(self, model: PagedModel, group=None):
+    def __init__(self, model: PagedModel, group=None, forward: StepForward | None = None):
         self.model, self.group = model, group
+        self.step_forward = forward or StepForward(model)
         self.rank = dist.get_rank(group)
+
+    def send(self, works: list[SeqWork]) -> None:
+        """Rank 0: send the step to the followers (before running its own shard of it)."""
+        assert self.rank == 0, "only rank 0 schedules"
+        dist.broadcast_object_list([works], src=0, group=self.group)
 
     def forward(self, works: list[SeqWork]) -> torch.Tensor:
         """Rank 0: send the step to the followers, then run this rank's shard of it."""
-        assert self.rank == 0, "only rank 0 schedules"
-        dist.broadcast_object_list([works], src=0, group=self.group)
-        return self.model.forward(self.model.prepare(works))
+        self.send(works)
+        return self.step_forward(works)
 
     def follow(self) -> int:
         """Ranks > 0: run every step rank 0 sends until it stops; returns the steps run."""
@@ -37,7 +47,7 @@ class TensorParallelRunner:
             dist.broadcast_object_list(box, src=0, group=self.group)
             if box[0] is None:
                 return steps
-            self.model.forward(self.model.prepare(box[0]))
+            self.step_forward(box[0])
             steps += 1
 
     def stop(self) -> None:

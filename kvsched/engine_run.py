@@ -31,7 +31,7 @@ from engine.kv_pool import KVPool
 from engine.model import PagedModel
 from engine.piecewise import MixedGraphs
 from engine.rundir import write_run
-from engine.runner import GpuExecutor
+from engine.runner import GpuExecutor, StepForward
 from engine.shape import ModelShape
 from engine.tp import TensorParallelRunner
 from engine.warmup import warm_up
@@ -55,15 +55,14 @@ def _sequence_factory(cfg, kv, headroom_tokens: int):
     return make
 
 
-def serve_one(
-    cfg, raw: dict, model: PagedModel, out_dir: Path, graphs=None, tp_runner=None, mixed=None
-) -> dict:
+def serve_one(cfg, raw: dict, forward: StepForward, out_dir: Path, tp_runner=None) -> dict:
+    model = forward.model
     assert cfg.cluster.num_nodes == 1 and cfg.cache.mechanism == "paged", "one paged node"
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     kv = paged_kv_from_config(cfg, latency, 0, make_policy)
     assert kv.cache.pool.num_pages <= model.pool.num_pages
     scheduler = Scheduler(cfg.node, kv, make_policy("scheduling", cfg.policies.scheduling))
-    executor = GpuExecutor(model, graphs, tp_runner, mixed)
+    executor = GpuExecutor(forward, tp_runner)
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
     )
@@ -81,7 +80,8 @@ def serve_one(
     for seq in result.sequences:
         if seq.status in (Status.WAITING, Status.RUNNING):
             seq.status = Status.UNFINISHED
-    graphs_mode = "none" if graphs is None else ("all" if mixed is not None else "decode")
+    graphs_mode = "none" if forward.graphs is None else "decode"
+    graphs_mode = "all" if forward.mixed is not None else graphs_mode
     info = {"graphs": graphs_mode, "tp": cfg.node.tp}
     return write_run(out_dir, raw, cfg, result, kv, scheduler.num_preemptions, info)
 
@@ -97,6 +97,22 @@ def build_model(cfgs, device: str, rank: int, tp: int) -> tuple[PagedModel, int]
     kv_heads = shape.shard(tp).num_kv_heads
     pool = KVPool(shape.num_layers, num_pages + 1, kv_heads, page, shape.head_dim, device)
     return PagedModel(shape, weights, pool, tp=tp), num_pages
+
+
+def capture_graphs(model: PagedModel, mode: str, cfgs, num_pages: int) -> StepForward:
+    """CUDA graphs per `--graphs` (none | decode | all); under TP every rank captures the same
+    graphs in the same order (their all-reduces pair up across ranks)."""
+    graphs, mixed = None, None
+    cuda = model.pool.k.device.type == "cuda"  # on CPU the graphs' static buffers run eagerly
+    if mode != "none":
+        graphs = DecodeGraphs(model, max(c.cache.max_model_len for c in cfgs), num_pages)
+        if cuda:
+            graphs.capture()
+    if mode == "all":
+        mixed = MixedGraphs(model, num_pages)
+        if cuda:
+            mixed.capture()
+    return StepForward(model, graphs, mixed)
 
 
 def _init_tp() -> tuple[int, int]:
@@ -135,28 +151,31 @@ def main(argv: list[str] | None = None) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, num_pages = build_model(cfgs, device, rank, tp)
     runner = TensorParallelRunner(model) if tp > 1 else None
-    if runner is not None and rank > 0:  # followers: every step (warm-up too) comes from rank 0
-        runner.follow()
-        dist.destroy_process_group()
-        return
-    forward = runner.forward if runner else None
-    warm = 0.0 if args.no_warmup else warm_up(model, args.warmup_steps, cfgs[0].seed, forward)
-    graphs, mixed = None, None
-    if args.graphs != "none" and tp == 1:
-        graphs = DecodeGraphs(model, max(c.cache.max_model_len for c in cfgs), num_pages)
-        graphs.capture()
-    if args.graphs == "all" and tp == 1:
-        mixed = MixedGraphs(model, num_pages)
-        mixed.capture()
+    warm = 0.0
+    if not args.no_warmup:  # followers run every warm-up step rank 0 sends
+        if runner is not None and rank > 0:
+            runner.follow()
+        else:
+            forward_fn = runner.forward if runner else None
+            warm = warm_up(model, args.warmup_steps, cfgs[0].seed, forward_fn)
+            if runner is not None:
+                runner.stop()
+    forward = capture_graphs(model, args.graphs, cfgs, num_pages)  # every rank, together
+    if runner is not None:
+        runner.step_forward = forward
+        if rank > 0:  # followers: every serving step comes from rank 0
+            runner.follow()
+            dist.destroy_process_group()
+            return
     print(
-        f"tp {tp}, graphs {args.graphs if tp == 1 else 'none'}, setup {time.perf_counter() - t0:.1f}s: "
+        f"tp {tp}, graphs {args.graphs}, setup {time.perf_counter() - t0:.1f}s: "
         f"{num_pages} pages ({model.pool.num_bytes / 2**30:.1f} GiB KV per rank), "
         f"warm-up {warm:.1f}s",
         flush=True,
     )
     for raw, cfg, path in zip(raws, cfgs, args.config, strict=True):
         out = Path(args.out_root) / Path(path).stem
-        summary = serve_one(cfg, raw, model, out, graphs, runner, mixed)
+        summary = serve_one(cfg, raw, forward, out, runner)
         eng = summary["arms"]["engine"]
         print(
             f"{cfg.name}: {eng['completed']} done, {eng['num_steps']} steps, "

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from engine.kv_pool import KVPool
@@ -17,7 +18,7 @@ from engine.reference import reference_logits
 from engine.runner import ENGINE_STEP_COLUMNS, GpuExecutor
 from engine.shape import TINY, ModelShape
 from engine.weights import random_weights
-from kvsched.engine_run import serve_one
+from kvsched.engine_run import capture_graphs, serve_one
 from sim.config import parse_config
 from sim.metrics import REQUEST_COLUMNS
 from sim.steps import STEP_COLUMNS
@@ -48,13 +49,18 @@ RAW = {
 }  # fmt: skip
 
 
-def test_engine_run_matches_reference_and_counts_cache_hits(tmp_path, monkeypatch):
+@pytest.mark.parametrize("graphs", ["none", "all"])
+def test_engine_run_matches_reference_and_counts_cache_hits(tmp_path, monkeypatch, graphs):
+    """An engine run's sampled tokens match the reference. With graphs "all" every step runs on
+    the graphs' static buffers (decode-only steps padded on the scratch page, the others in
+    piecewise segments padded to a token bucket); on CPU nothing is captured, so this checks
+    the buffers and padding the GPU replays."""
     cfg = parse_config(RAW)
     shape = ModelShape.from_model_config(cfg.model)
     assert shape == TINY
     weights = random_weights(shape, 0, "cpu")
     num_pages = cfg.kv_capacity_bytes // (16 * cfg.model.kv_bytes_per_token)
-    pool = KVPool(shape.num_layers, num_pages, shape.num_kv_heads, 16, shape.head_dim, "cpu")
+    pool = KVPool(shape.num_layers, num_pages + 1, shape.num_kv_heads, 16, shape.head_dim, "cpu")
     samples: dict[int, list[tuple[int, int]]] = {}  # request id -> (position, sampled token)
     ids: dict[int, np.ndarray] = {}
     run, forget = GpuExecutor.run, GpuExecutor.forget
@@ -71,7 +77,8 @@ def test_engine_run_matches_reference_and_counts_cache_hits(tmp_path, monkeypatc
 
     monkeypatch.setattr(GpuExecutor, "run", recording_run)
     monkeypatch.setattr(GpuExecutor, "forget", keep)
-    summary = serve_one(cfg, RAW, PagedModel(shape, weights, pool), tmp_path / "run")
+    forward = capture_graphs(PagedModel(shape, weights, pool), graphs, [cfg], num_pages)
+    summary = serve_one(cfg, RAW, forward, tmp_path / "run")
     eng = summary["arms"]["engine"]
     assert eng["completed"] == 8 and eng["prefix_hit_rate"] > 0
     agree = total = 0
