@@ -131,7 +131,7 @@ def decode_graph_bench(shape, w, device, batches=(1, 16, 64, 256), ctx=2048) -> 
     model = PagedModel(shape, w, pool)
     graphs = DecodeGraphs(model, max_model_len=40960, scratch_page=num_pages)
     t = time.perf_counter()
-    graphs.capture(batches)
+    graphs.capture(batches, lens=(ctx,))
     out = {"capture_s": round(time.perf_counter() - t, 2), "ctx": ctx}
     rng = np.random.default_rng(1)
     for b in batches:
