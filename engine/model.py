@@ -19,7 +19,13 @@ import torch.nn.functional as F
 from engine.attention import paged_decode_attention, paged_prefill_attention, prefill_plan
 from engine.batch import SeqWork, StepInputs, build_step
 from engine.kv_pool import KVPool
-from engine.layers import apply_rope, rms_norm, rope_cos_sin, swiglu_mlp
+from engine.layers import (
+    add_rms_norm,
+    rms_norm_fused,
+    rope_cos_sin,
+    rope_write_kv,
+    swiglu_mlp_fused,
+)
 from engine.shape import ModelShape
 from engine.weights import Weights
 
@@ -52,52 +58,76 @@ class PagedModel:
     @torch.inference_mode()
     def forward(self, step: StepInputs) -> torch.Tensor:
         """Logits [len(works), vocab] (bf16) of each sequence's last new token, in input order."""
-        x = self.embed(step.input_ids)  # [T, hidden]: the residual stream
-        q = self.pre_attention(0, x, step.positions, step.slot_pages, step.slot_offsets)
+        x = self.embed(step.input_ids)  # [T, hidden]: the residual stream, updated in place
+        h = self.first_norm(x)
+        cos, sin = self.rotary(step.positions)
         for i in range(self.shape.num_layers):
-            out = self.attention(i, q, step)
-            x = self.post_attention(i, x, out)
-            if i + 1 < self.shape.num_layers:
-                q = self.pre_attention(i + 1, x, step.positions, step.slot_pages, step.slot_offsets)
-        return self.head(x, step.logits_rows)
+            q = self.pre_attention(
+                i, h, cos, sin, step.positions, step.slot_pages, step.slot_offsets
+            )
+            h = self.post_attention(i, x, self.attention(i, q, step))
+        return self.head(h, step.logits_rows)
 
     # The step in segments. Everything but attention depends only on the token count and on
     # per-token device tensors, so engine/piecewise.py captures each stretch between two
-    # attentions in a CUDA graph and runs attention (ragged, planned per step) eagerly.
+    # attentions in a CUDA graph and runs attention (ragged, planned per step) eagerly. The
+    # elementwise work runs fused (kernels/fused.py through engine.layers): a residual add and
+    # the next norm are one kernel, rotary and the KV write another, silu * up a third.
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(input_ids, self.weights.embed)
 
+    def first_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm_fused(x, self.weights.layers[0].attn_norm, self.shape.rms_eps)
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_cos_sin(positions, self.shape.head_dim, self.shape.rope_theta)
+
     def pre_attention(
         self,
         i: int,
-        x: torch.Tensor,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
         positions: torch.Tensor,
         slot_pages: torch.Tensor,
         slot_offsets: torch.Tensor,
     ) -> torch.Tensor:
-        """Layer i's attention input: norm, QKV, rotary; writes the new tokens' K/V into the
-        pool. Returns q [T, H_q, D]."""
+        """Layer i's attention input from its normed input h: QKV, rotary; writes the new
+        tokens' K/V into the pool. Returns q [T, H_q, D]."""
         s, w = self.shape, self.weights.layers[i]
-        d, hq, hkv = s.head_dim, self.shard.num_q_heads, self.shard.num_kv_heads
-        qkv = F.linear(rms_norm(x, w.attn_norm, s.rms_eps), w.wqkv)  # [T, (hq + 2 hkv) * d]
-        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
-        cos, sin = rope_cos_sin(positions, d, s.rope_theta)
-        q = apply_rope(q.view(-1, hq, d), cos, sin)
-        k = apply_rope(k.view(-1, hkv, d), cos, sin)
-        self.pool.write(i, k, v.view(-1, hkv, d), slot_pages, slot_offsets)
-        return q
+        k_pool, v_pool = self.pool.layer(i)
+        return rope_write_kv(
+            F.linear(h, w.wqkv),
+            cos,
+            sin,
+            positions,
+            k_pool,
+            v_pool,
+            slot_pages,
+            slot_offsets,
+            self.shard.num_q_heads,
+            self.shard.num_kv_heads,
+            s.head_dim,
+            s.rope_theta,
+        )
 
     def post_attention(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """The residual stream after layer i: O projection, MLP, both residual adds."""
-        s, w = self.shape, self.weights.layers[i]
-        x = x + self._all_reduce(F.linear(attn.view(x.shape[0], -1), w.wo))
-        h = rms_norm(x, w.mlp_norm, s.rms_eps)
-        return x + self._all_reduce(swiglu_mlp(h, w.w_gate_up, w.w_down))
+        """Layer i's O projection and MLP with both residual adds (x is updated in place).
+        Returns the next layer's normed input (after the last layer: the final norm)."""
+        s, layers = self.shape, self.weights.layers
+        w = layers[i]
+        o = self._all_reduce(F.linear(attn.view(x.shape[0], -1), w.wo))
+        h, _ = add_rms_norm(o, x, w.mlp_norm, s.rms_eps)
+        mlp = self._all_reduce(swiglu_mlp_fused(h, w.w_gate_up, w.w_down))
+        last = i + 1 == len(layers)
+        nxt = self.weights.final_norm if last else layers[i + 1].attn_norm
+        h, _ = add_rms_norm(mlp, x, nxt, s.rms_eps)
+        return h
 
-    def head(self, x: torch.Tensor, logits_rows: torch.Tensor) -> torch.Tensor:
-        last = rms_norm(x[logits_rows], self.weights.final_norm, self.shape.rms_eps)
-        return self._gather_vocab(F.linear(last, self.weights.lm_head))
+    def head(self, h: torch.Tensor, logits_rows: torch.Tensor) -> torch.Tensor:
+        """Logits of the rows `logits_rows` of the final norm's output h."""
+        return self._gather_vocab(F.linear(h[logits_rows], self.weights.lm_head))
 
     def attention(
         self, i: int, q: torch.Tensor, step: StepInputs, out: torch.Tensor | None = None

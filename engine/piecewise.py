@@ -42,6 +42,9 @@ class MixedGraphs:
         self.slot_pages = torch.full((t,), scratch_page, dtype=torch.int64, device=dev)
         self.slot_offsets = torch.zeros(t, dtype=torch.int64, device=dev)
         self.x = torch.zeros((t, s.hidden_size), dtype=dtype, device=dev)
+        self.h = torch.zeros_like(self.x)  # the normed input of the next layer (or the head)
+        self.cos = torch.zeros((t, s.head_dim // 2), dtype=torch.float32, device=dev)
+        self.sin = torch.zeros_like(self.cos)
         self.q = torch.zeros((t, sh.num_q_heads, s.head_dim), dtype=dtype, device=dev)
         self.attn = torch.zeros_like(self.q)
         self.scratch = scratch_page
@@ -56,18 +59,23 @@ class MixedGraphs:
     def _segment_fns(self, t: int) -> list[Callable[[], None]]:
         """The L + 1 stretches between attentions, each reading and writing static buffers."""
         m, num_layers = self.model, self.model.shape.num_layers
-        x, q, attn = self.x[:t], self.q[:t], self.attn[:t]
+        x, h, q, attn = self.x[:t], self.h[:t], self.q[:t], self.attn[:t]
+        cos, sin = self.cos[:t], self.sin[:t]
         per_token = (self.positions[:t], self.slot_pages[:t], self.slot_offsets[:t])
 
         def first() -> None:
             x.copy_(m.embed(self.ids[:t]))
-            q.copy_(m.pre_attention(0, x, *per_token))
+            h.copy_(m.first_norm(x))
+            c, s = m.rotary(self.positions[:t])
+            cos.copy_(c)
+            sin.copy_(s)
+            q.copy_(m.pre_attention(0, h, cos, sin, *per_token))
 
         def between(i: int) -> Callable[[], None]:  # layer i's tail, then layer i + 1's head
             def run() -> None:
-                x.copy_(m.post_attention(i, x, attn))
+                h.copy_(m.post_attention(i, x, attn))  # x: updated in place
                 if i + 1 < num_layers:
-                    q.copy_(m.pre_attention(i + 1, x, *per_token))
+                    q.copy_(m.pre_attention(i + 1, h, cos, sin, *per_token))
 
             return run
 
@@ -107,4 +115,4 @@ class MixedGraphs:
         for i in range(self.model.shape.num_layers):
             self.model.attention(i, self.q[:t], step, out=self.attn[:t])
             segments[i + 1]()
-        return self.model.head(self.x[:t], step.logits_rows)
+        return self.model.head(self.h[:t], step.logits_rows)

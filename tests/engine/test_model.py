@@ -142,3 +142,27 @@ def test_piecewise_mixed_step_matches_reference(model, weights):
     rest = model.prepare([SeqWork(p3[12:], 12, [4, 5], True)])  # 14 tokens, padded to 16
     assert_close(mixed.run(rest)[0], reference_logits(TINY, weights, torch.tensor(p3))[-1])
     assert mixed.bucket_for(65) is None
+
+
+def test_fused_elementwise_kernels_give_the_torch_path_logits(weights, monkeypatch):
+    """engine.layers.USE_FUSED = True runs kernels/fused.py (interpreter) for the norms, rotary +
+    KV write and silu * up: a chunked prefill, a decode and a piecewise mixed step give the
+    logits of the torch path (the kernels round as torch does, <= 1 bf16 ulp per element)."""
+    from engine import layers
+    from engine.piecewise import MixedGraphs
+
+    def serve(fused: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(layers, "USE_FUSED", fused)
+        pool = KVPool(
+            TINY.num_layers, 24, TINY.num_kv_heads, PAGE, TINY.head_dim, "cpu", poison=True
+        )
+        model = PagedModel(TINY, weights, pool)
+        p1, p2 = tokens(30, 27), tokens(31, 9)
+        rows = [run_prompt(model, p1[:-1], [4, 9], [16, 10])]
+        step = model.prepare([SeqWork(p1[-1:], 26, [4, 9], False), SeqWork(p2, 0, [2], True)])
+        rows += list(MixedGraphs(model, scratch_page=23, buckets=(16,)).run(step))
+        return rows
+
+    for fused, plain in zip(serve(True), serve(False), strict=True):
+        assert_close(fused, plain)
+        assert int(fused.argmax()) == int(plain.argmax())
