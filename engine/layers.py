@@ -7,6 +7,8 @@ activation dtype, as the usual Llama implementations do.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -53,7 +55,7 @@ def swiglu_mlp(h: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -
 
 # None: kernels on CUDA bf16 tensors, torch elsewhere. True: kernels on CPU as well (Triton's
 # interpreter: tests). False: torch everywhere (to A/B the kernels).
-USE_FUSED: bool | None = None
+USE_FUSED: bool | None = {"0": False, "1": True}.get(os.environ.get("KVSCHED_ENGINE_FUSED", ""))
 
 
 def _use_fused(t: torch.Tensor) -> bool:

@@ -141,8 +141,11 @@ def main(argv: list[str] | None = None) -> None:
         help="CUDA graphs: none, decode-only steps, or all (decode-only steps whole, other "
         "steps up to 512 tokens piecewise around attention); --graphs alone means all",
     )
+    ap.add_argument("--duration-s", type=float, default=None, help="override duration_s")
     args = ap.parse_args(argv)
     raws = [load_config_file(p) for p in args.config]
+    if args.duration_s is not None:  # the run directory's config.json says what ran
+        raws = [{**r, "duration_s": args.duration_s} for r in raws]
     cfgs = [parse_config(r, source=p) for r, p in zip(raws, args.config, strict=True)]
     assert len({c.model.name for c in cfgs}) == 1, "one model per process"
     rank, tp = _init_tp()
