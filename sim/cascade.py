@@ -51,6 +51,10 @@ class CascadeExecutor(ModelledExecutor):
         super().__init__(latency, transfer)
         self.page_size = page_size
 
+    def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
+        """Groups depend on the block tables, not only on the context sum: price the step."""
+        return self.run_step(node_id, step, now)
+
     def compute_s(self, step: Step) -> float:
         groups = shared_prefix_groups(step.items, self.page_size)
         shape = step.shape()

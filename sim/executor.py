@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from sim.latency.base import LatencyModel
+from sim.latency.base import LatencyModel, StepShape
 from sim.scheduler import BatchItem, Step
 
 # Seconds a node's step waits for KV pages held by other nodes (sim/xnode/page_traffic.py).
@@ -34,3 +34,11 @@ class ModelledExecutor:
     def compute_s(self, step: Step) -> float:
         """The step's compute, as the latency model prices it."""
         return self.latency.shape_time_s(step.shape())
+
+    def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
+        """`run_step` of a decode-only step whose contexts sum to `decode_ctx_sum` (the node
+        keeps the sum as its batch repeats): the same shape, priced without walking the batch."""
+        step_s = self.latency.shape_time_s(StepShape([], [], len(step.items), decode_ctx_sum))
+        if self.transfer is not None:
+            step_s += self.transfer(node_id, step.items, now)
+        return step_s

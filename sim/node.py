@@ -57,6 +57,13 @@ class Node:
         self.busy_s = 0.0
         self._wakeup = env.event()
         self._in_flight: tuple[Step, float, float] | None = None  # (step, start, price)
+        # Fast path (not the reference): a step decoding the whole running batch that ends with
+        # no finish, no admission attempt and room for every next token is applied and planned
+        # again in place (Scheduler.repeat_decode), priced from the kept context sum.
+        self._decode_s = getattr(executor, "decode_step_s", None)
+        self._repeat_ok = not exact_steps and self._decode_s is not None
+        self._batch_decode = False  # the step in flight decodes the whole running batch
+        self._decode_sum = 0  # its decode contexts summed (Step.shape's decode_ctx_sum)
         start = env.event()  # the first pass runs as a new process's would (urgent, at once)
         start.callbacks.append(self._serve)
         start._ok, start._value = True, None
@@ -118,6 +125,8 @@ class Node:
         """Run the serve loop at the clock's time until it must wait, then wait (a callback on
         the event waited for: SimPy resumes it exactly where a process would resume)."""
         if self._in_flight is not None:  # the event was the end of the step in flight
+            if self._batch_decode and self._repeat():
+                return
             self._complete()
         wait = self._advance()
         if wait is not None:
@@ -149,10 +158,35 @@ class Node:
                 return wait
             step_s = self.executor.run_step(self.node_id, step, now)
             self._in_flight = (step, now, step_s)
+            if self._repeat_ok:
+                self._batch_decode = self.scheduler.is_batch_decode(step)
+                if self._batch_decode:
+                    self._decode_sum = sum(seq.num_computed + 1 for seq, _, _ in step.items)
             if self.exact_steps:
                 return self.env.timeout(step_s)
             self.env.park(now + step_s, self)  # type: ignore[attr-defined]
             return None
+
+    def _repeat(self) -> bool:
+        """The batch decode in flight ended: if the next step is the same batch decode (see
+        Scheduler.can_repeat_decode), do what `_complete` and `_advance` would (same effects,
+        same order, same floats) without planning from scratch, and park it; else False."""
+        assert self._in_flight is not None and self._decode_s is not None
+        step, start, step_s = self._in_flight
+        scheduler = self.scheduler
+        if not scheduler.can_repeat_decode(step):
+            return False
+        now = self.env.now
+        self.busy_s += step_s
+        self.num_steps += 1
+        if self.on_step is not None:
+            self.on_step(self.node_id, start, step_s, step)
+        scheduler.repeat_decode(step, now)
+        self._decode_sum += len(step.items)
+        step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
+        self._in_flight = (step, now, step_s)
+        self.env.park(now + step_s, self)  # type: ignore[attr-defined]
+        return True
 
     def _complete(self) -> None:
         """The step in flight ended at the clock's time: record it and apply it."""

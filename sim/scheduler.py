@@ -75,6 +75,8 @@ class Scheduler:
         self.num_planned = 0  # steps planned with work in them (a replay's clock: queued_step)
         self.waiting_prompt_tokens = 0  # prompt tokens of the queued requests (the router reads it)
         self.headroom_tokens = headroom_tokens(cfg.admission_watermark, kv.capacity_tokens())
+        # (decoding requests) -> does each one's next token fit without eviction? (fast path)
+        self._room_for_next_decode = getattr(kv, "room_for_next_decode", None)
 
     def add(self, seq: Sequence) -> None:
         seq.queued_step = self.num_planned  # the first step planned with it in the queue
@@ -187,6 +189,51 @@ class Scheduler:
                 self.finish(seq, now)
                 finished.append(seq)
         return finished
+
+    # -- the same decode batch again (the simulator's fast path) --------------------------------
+    def is_batch_decode(self, step: Step) -> bool:
+        """Does `step` decode every running request, in order, and nothing else (nothing
+        preempted, admitted or rejected while planning it)?"""
+        items = step.items
+        if step.preempted or step.admitted or step.rejected or len(items) != len(self.running):
+            return False
+        return not any(pre for _, _, pre in items)
+
+    def can_repeat_decode(self, step: Step) -> bool:
+        """For a batch decode (`is_batch_decode`) in flight: would `apply` then `schedule` plan
+        the very same decode batch, with no request finishing, no admission attempt and every
+        request's next token finding room without eviction or preemption? Reads only."""
+        items = step.items
+        if (
+            self.waiting
+            and len(items) < self.cfg.max_num_batched_tokens
+            and len(items) < self.cfg.max_num_seqs
+        ):
+            return False  # the next schedule would try to admit the waiting head
+        room = self._room_for_next_decode
+        if room is None:
+            return False  # a KV manager without the check (cross-node placement)
+        for seq, _, _ in items:
+            generated = seq.num_generated
+            if generated == 0 or generated + 1 >= seq.req.output_tokens:
+                return False  # its first token, or it finishes at this step's end
+        return room([seq for seq, _, _ in items])
+
+    def repeat_decode(self, step: Step, now: float) -> None:
+        """`apply(step, now)` then `schedule(now)` for a step `can_repeat_decode` accepted: the
+        same effects in the same order (the step object is planned again, in place)."""
+        kv = self.kv
+        kv.end_step(now)
+        on_computed = kv.on_computed
+        for seq, _, _ in step.items:
+            seq.num_computed += 1
+            on_computed(seq, 1, now)
+            seq.num_generated += 1
+        grow = kv.grow
+        for seq, _, _ in step.items:
+            if not grow(seq, 1, now):
+                raise AssertionError("room_for_next_decode promised room")
+        self.num_planned += 1
 
     def finish(self, seq: Sequence, now: float) -> None:
         self.running.remove(seq)

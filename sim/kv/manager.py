@@ -132,6 +132,16 @@ class PagedKV:
             seq.kv_tokens = want
         return True
 
+    def room_for_next_decode(self, seqs: list[Sequence]) -> bool:
+        """Each of these decoding requests computes one token now and grows by one more next
+        step: will the free list cover every new page, so no grow reclaims, evicts or fails?"""
+        size = self.page_size
+        need = 0
+        for seq in seqs:
+            if seq.num_computed + 2 > len(seq.pages) * size:
+                need += 1
+        return need <= self.cache.pool.num_free
+
     def on_computed(
         self, seq: Sequence, num_tokens: int, now: float, indexable_tokens: int | None = None
     ) -> None:
@@ -279,6 +289,11 @@ class ContiguousKV:
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
         return seq.num_computed + num_tokens <= self.reservation_tokens(seq)
+
+    def room_for_next_decode(self, seqs: list[Sequence]) -> bool:
+        """Each of these decoding requests computes one token now and one more next step: do
+        both fit in every reservation?"""
+        return all(seq.num_computed + 2 <= self.reservation_tokens(seq) for seq in seqs)
 
     def on_computed(self, seq: Sequence, num_tokens: int, now: float) -> None:
         self.live_tokens += num_tokens
