@@ -49,6 +49,11 @@ class WallClockDriver:
         self._t0 = 0.0
         self._on_done: Callable | None = None  # closed loop: a finished request frees its client
         self._exhausted = False  # the workload has no more requests
+        # Closed loop: a client's next request reaches the queue after the scheduler planned the
+        # step that follows its previous request's end, as in the simulator (there the client's
+        # send is its own event at that instant, after the node has planned its next step; in a
+        # real deployment the network hop makes it miss that step too).
+        self._submit_after_schedule = False
 
     def now(self) -> float:
         return time.perf_counter() - self._t0
@@ -99,6 +104,7 @@ class WallClockDriver:
             return None
 
         ready.extend([0.0] * num_clients)
+        self._submit_after_schedule = True
         return self._loop(arrivals)
 
     def _loop(self, arrivals: Callable[[float], float | None]) -> RunResult:
@@ -107,13 +113,18 @@ class WallClockDriver:
             now = self.now()
             if now >= self.duration_s:
                 break
-            next_arrival = arrivals(now)
+            late = self._submit_after_schedule
+            next_arrival = None if late else arrivals(now)
             if self._exhausted and not self.scheduler.has_work():
                 break  # a finite workload is done before duration_s
             t = time.perf_counter()
             step = self.scheduler.schedule(self.now())
             sched_s = time.perf_counter() - t
+            if late:
+                next_arrival = arrivals(self.now())
             if not step.items:
+                if late and self.scheduler.has_work():
+                    continue  # an idle node plans what its clients just sent
                 self._idle(next_arrival)
                 continue
             start = self.now()
