@@ -51,6 +51,9 @@ class CascadeExecutor(ModelledExecutor):
         super().__init__(latency, transfer)
         self.page_size = page_size
 
+    def prices_decode_by_sum(self) -> bool:
+        return False  # shared-prefix groups come from the block tables
+
     def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
         """Groups depend on the block tables, not only on the context sum: price the step."""
         return self.run_step(node_id, step, now)

@@ -10,8 +10,9 @@ other event, as the timeout it replaces: results are identical to the step-by-st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Protocol
+from typing import Any, Protocol
 
 import simpy
 from simpy.core import NORMAL
@@ -29,6 +30,16 @@ class Clock(simpy.Environment):
         self._step_ends: list[tuple[float, int, int, StepEnd]] = []  # (time, prio, id, actor)
         self.num_events = 0  # SimPy events processed
         self.num_step_ends = 0  # parked step ends processed
+        # Called when `run` returns: actors that keep state behind (a node's decode span)
+        # bring it up to date, so whoever reads it after a run sees the exact state.
+        self.syncs: list[Callable[[], None]] = []
+
+    def run(self, until: Any = None) -> Any:
+        try:
+            return super().run(until)
+        finally:
+            for sync in self.syncs:
+                sync()
 
     def park(self, at_s: float, actor: StepEnd) -> None:
         """Call `actor.step_ended()` at simulated time `at_s` (>= now), ordered as a timeout

@@ -35,6 +35,11 @@ class ModelledExecutor:
         """The step's compute, as the latency model prices it."""
         return self.latency.shape_time_s(step.shape())
 
+    def prices_decode_by_sum(self) -> bool:
+        """Does a decode-only step's price depend on its size and context sum alone (not on
+        the block tables, nor on other nodes' pages)?"""
+        return self.transfer is None
+
     def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
         """`run_step` of a decode-only step whose contexts sum to `decode_ctx_sum` (the node
         keeps the sum as its batch repeats): the same shape, priced without walking the batch."""

@@ -11,6 +11,15 @@ every step is planned, priced, recorded (`on_step`) and applied at the same simu
 the same floats, in the same global order; a node step costs a heap push and pop instead of a
 SimPy event and a generator resumption. The loop is callbacks, not a generator, so both drivers
 share it.
+
+Decode spans (the default driver only). While the node decodes the same batch step after step
+(no request finishes, nothing can be admitted, every next token finds a free page, no page is
+indexed), a step's end changes nothing but counters: the node still parks every step end (so
+steps keep their place among all events), prices it and counts it, but leaves the requests and
+the KV pool behind and brings them up to date in one pass (`_sync`: Scheduler.repeat_decodes)
+when anything outside reads or changes the node (its `kv`, `waiting`, `running`, `submit`,
+`wake`), when the span runs out, or when the clock's `run` returns. What is read is then exactly
+what the step-by-step driver would show at that moment.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ class Node:
         # clock's step queue (needs a sim.clock.Clock environment).
         self.exact_steps = exact_steps
         self.num_steps = 0
+        self.num_span_steps = 0  # steps whose end was passed inside a decode span
         self.busy_s = 0.0
         self._wakeup = env.event()
         self._in_flight: tuple[Step, float, float] | None = None  # (step, start, price)
@@ -64,6 +74,16 @@ class Node:
         self._repeat_ok = not exact_steps and self._decode_s is not None
         self._batch_decode = False  # the step in flight decodes the whole running batch
         self._decode_sum = 0  # its decode contexts summed (Step.shape's decode_ctx_sum)
+        # A decode span: ends of the steps not applied yet (None: no span), and how many more
+        # step ends the span may run through before the node must look again.
+        prices_by_sum = getattr(executor, "prices_decode_by_sum", None)
+        self._span_ok = (
+            self._repeat_ok and on_step is None and prices_by_sum is not None and prices_by_sum()
+        )
+        self._span_ends: list[float] | None = None
+        self._span_left = 0
+        if self._span_ok:
+            env.syncs.append(self._sync)  # type: ignore[attr-defined]
         start = env.event()  # the first pass runs as a new process's would (urgent, at once)
         start.callbacks.append(self._serve)
         start._ok, start._value = True, None
@@ -76,14 +96,20 @@ class Node:
 
     @property
     def kv(self) -> KVManager:
+        if self._span_ends:
+            self._sync()
         return self.scheduler.kv
 
     @property
     def waiting(self):
+        if self._span_ends:
+            self._sync()
         return self.scheduler.waiting
 
     @property
     def running(self) -> list[Sequence]:
+        if self._span_ends:
+            self._sync()
         return self.scheduler.running
 
     @property
@@ -104,6 +130,9 @@ class Node:
         return self.env.now < self.up_at
 
     def submit(self, seq: Sequence) -> None:
+        if self._span_ends is not None:  # new work: the span ends with the step in flight
+            self._sync()
+            self._span_left = 0
         seq.node = self.node_id
         if self.down:  # routed before the crash was known (or every node is down)
             self._lose([seq])
@@ -116,6 +145,7 @@ class Node:
         """Pages this node hosts were freed from outside its loop (sim/xnode/placement.py): if
         asleep, no step is in flight, so retired pages are reusable at once; then retry the
         waiting head."""
+        self._sync()
         if not self._wakeup.triggered:
             self.kv.idle_reclaim(self.env.now)
             self._wakeup.succeed()
@@ -125,6 +155,12 @@ class Node:
         """Run the serve loop at the clock's time until it must wait, then wait (a callback on
         the event waited for: SimPy resumes it exactly where a process would resume)."""
         if self._in_flight is not None:  # the event was the end of the step in flight
+            if self._span_ends is not None:
+                if self._span_left > 0:
+                    self._span_step()
+                    return
+                self._sync()  # the span ran out: the step that just ended is the node's own again
+                self._span_ends = None
             if self._batch_decode and self._repeat():
                 return
             self._complete()
@@ -181,12 +217,42 @@ class Node:
         self.num_steps += 1
         if self.on_step is not None:
             self.on_step(self.node_id, start, step_s, step)
-        scheduler.repeat_decode(step, now)
+        span = scheduler.decode_span(step) if self._span_ok else 0
+        if span >= 2:  # apply this step and plan the next later (_sync), and so on span times
+            self._span_ends = [now]
+            self._span_left = span - 1
+        else:
+            scheduler.repeat_decode(step, now)
         self._decode_sum += len(step.items)
         step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
         self._in_flight = (step, now, step_s)
         self.env.park(now + step_s, self)  # type: ignore[attr-defined]
         return True
+
+    def _span_step(self) -> None:
+        """A step of the span ended: count it, price and park the next one; the requests and
+        the pool wait for `_sync`."""
+        assert self._in_flight is not None and self._span_ends is not None
+        step, _, step_s = self._in_flight
+        now = self.env.now
+        self.busy_s += step_s
+        self.num_steps += 1
+        self.num_span_steps += 1
+        self._span_ends.append(now)
+        self._span_left -= 1
+        self._decode_sum += len(step.items)
+        step_s = self._decode_s(self.node_id, step, self._decode_sum, now)  # type: ignore[misc]
+        self._in_flight = (step, now, step_s)
+        self.env.park(now + step_s, self)  # type: ignore[attr-defined]
+
+    def _sync(self) -> None:
+        """Apply the span's steps that ended and plan the one in flight: the state the
+        step-by-step driver holds now."""
+        ends = self._span_ends
+        if ends:
+            assert self._in_flight is not None
+            self.scheduler.repeat_decodes(self._in_flight[0], ends)
+            self._span_ends = []
 
     def _complete(self) -> None:
         """The step in flight ended at the clock's time: record it and apply it."""

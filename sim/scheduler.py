@@ -77,6 +77,7 @@ class Scheduler:
         self.headroom_tokens = headroom_tokens(cfg.admission_watermark, kv.capacity_tokens())
         # (decoding requests) -> does each one's next token fit without eviction? (fast path)
         self._room_for_next_decode = getattr(kv, "room_for_next_decode", None)
+        self._decode_span = getattr(kv, "decode_span", None)  # (requests, limit) -> pairs
 
     def add(self, seq: Sequence) -> None:
         seq.queued_step = self.num_planned  # the first step planned with it in the queue
@@ -234,6 +235,29 @@ class Scheduler:
             if not grow(seq, 1, now):
                 raise AssertionError("room_for_next_decode promised room")
         self.num_planned += 1
+
+    def decode_span(self, step: Step) -> int:
+        """For a step `can_repeat_decode` accepted: how many repeats in a row, this one first,
+        change nothing but counts (no request finishing, no page indexed, new pages from the
+        free list): the node may then apply them later, in one pass (`repeat_decodes`), as long
+        as nothing outside reads or changes this node meanwhile."""
+        span = self._decode_span
+        if span is None:
+            return 0
+        seqs = [seq for seq, _, _ in step.items]
+        limit = min(seq.req.output_tokens - seq.num_generated for seq in seqs) - 1
+        return span(seqs, limit)
+
+    def repeat_decodes(self, step: Step, ends: list[float]) -> None:
+        """`repeat_decode(step, now)` at each of these times, in order, for a run `decode_span`
+        allowed: the same end state."""
+        seqs = [seq for seq, _, _ in step.items]
+        self.kv.advance_decodes(seqs, ends)  # type: ignore[attr-defined]
+        d = len(ends)
+        for seq in seqs:
+            seq.num_computed += d
+            seq.num_generated += d
+        self.num_planned += d
 
     def finish(self, seq: Sequence, now: float) -> None:
         self.running.remove(seq)

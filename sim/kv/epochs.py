@@ -24,6 +24,14 @@ class Epochs:
         self.epoch += 1
         self._exit_s.append(max(readers_exit_s, self._exit_s[-1]))
 
+    def finish_steps(self, readers_exit_s: list[float]) -> None:
+        """`finish_step` for each of these, in order."""
+        exits, last = self._exit_s, self._exit_s[-1]
+        for exit_s in readers_exit_s:
+            last = max(exit_s, last)
+            exits.append(last)
+        self.epoch += len(readers_exit_s)
+
     def exit_s(self, epoch: int) -> float:
         """When the readers of every step up to `epoch` have exited."""
         return self._exit_s[epoch]

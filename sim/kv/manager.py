@@ -142,6 +142,73 @@ class PagedKV:
                 need += 1
         return need <= self.cache.pool.num_free
 
+    def decode_span(self, seqs: list[Sequence], limit: int) -> int:
+        """How many of the next `limit` (apply, plan again) pairs of this decode batch, starting
+        with the step in flight, only count: no page indexed, every new page from the free list,
+        nothing retired to reclaim (0 when the first already does more)."""
+        pool = self.cache.pool
+        if pool.num_retired:
+            return 0
+        size, n = self.page_size, limit
+        if self.cache.prefix_cache:  # the first pair whose apply would index a page ends it
+            for seq in seqs:
+                if not seq.cacheable:
+                    continue
+                c = seq.num_computed
+                if self.cache_outputs:
+                    n = min(n, (seq.stored_pages + 1) * size - c - 1)
+                elif min(c + 1, seq.prompt_tokens) // size > seq.stored_pages:
+                    n = 0
+        if n <= 0:
+            return 0
+        tables = [(seq.num_computed + 1, len(seq.pages) * size) for seq in seqs]
+        free = pool.num_free
+
+        def pages_for(m: int) -> int:  # new pages m pairs take (each plans one more token)
+            return sum(max(0, -(-(want + m) // size) * size - slots) for want, slots in tables)
+
+        if pages_for(n) <= free * size:
+            return n
+        low, high = 0, n  # pages_for(low) fits, pages_for(high) does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if pages_for(mid) <= free * size:
+                low = mid
+            else:
+                high = mid
+        return low
+
+    def advance_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
+        """For a run `decode_span` allowed, at each of these times in order: `end_step`, each
+        request's `on_computed(1)`, then each one's `grow(1)`; the same end state in one pass.
+        Called before the requests' num_computed counts these steps."""
+        d, size = len(ends), self.page_size
+        pool = self.cache.pool
+        pool.end_epochs(ends)
+        self.live_tokens += d * len(seqs)
+        last = ends[-1]
+        allocs: list[tuple[int, int]] = []  # (pair, batch position) of each new page
+        for b, seq in enumerate(seqs):
+            c = seq.num_computed
+            computed = c + d
+            seq.last_read_s = last
+            limit = computed if self.cache_outputs else min(computed, seq.prompt_tokens)
+            seq.stored_pages = max(seq.stored_pages, limit // size)
+            want = computed + 1
+            for q in range(len(seq.pages), -(-want // size)):
+                allocs.append((q * size - c - 1, b))  # page q is first needed by pair q*P - c - 1
+            if want > seq.kv_tokens:
+                self.held_tokens += want - seq.kv_tokens
+                seq.kv_tokens = want
+        if allocs:
+            allocs.sort()
+            pages, unsafe = pool.allocate_at(np.array([ends[m] for m, _ in allocs]))
+            for (_, b), page, bad in zip(allocs, pages.tolist(), unsafe.tolist(), strict=True):
+                seq = seqs[b]
+                seq.pages.append(page)
+                seq.use_after_free += bad
+            self.slot_tokens += len(allocs) * size
+
     def on_computed(
         self, seq: Sequence, num_tokens: int, now: float, indexable_tokens: int | None = None
     ) -> None:
@@ -294,6 +361,17 @@ class ContiguousKV:
         """Each of these decoding requests computes one token now and one more next step: do
         both fit in every reservation?"""
         return all(seq.num_computed + 2 <= self.reservation_tokens(seq) for seq in seqs)
+
+    def decode_span(self, seqs: list[Sequence], limit: int) -> int:
+        """How many of the next `limit` (apply, plan again) pairs of this decode batch fit in
+        every reservation (see PagedKV.decode_span)."""
+        for seq in seqs:
+            limit = min(limit, self.reservation_tokens(seq) - seq.num_computed - 1)
+        return max(0, limit)
+
+    def advance_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
+        """`end_step`, `on_computed(1)` and `grow(1)` for each of these times (see PagedKV)."""
+        self.live_tokens += len(ends) * len(seqs)
 
     def on_computed(self, seq: Sequence, num_tokens: int, now: float) -> None:
         self.live_tokens += num_tokens

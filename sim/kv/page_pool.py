@@ -102,6 +102,21 @@ class PagePool:
         self.num_used += n
         return pages.tolist()
 
+    def allocate_at(self, nows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`allocate(1, now)` once per entry of `nows` (float64), in order: the pages taken
+        (int64) and, per page, whether a reader of its old owner still ran (use-after-free)."""
+        n = int(nows.size)
+        assert n <= self.num_free, "allocate_at() without enough free pages"
+        pages = self._ring[(self._head + np.arange(n)) % self.num_pages]
+        self._head = (self._head + n) % self.num_pages
+        self.num_free -= n
+        unsafe = self.read_until_s[pages] > nows
+        self.use_after_free += int(unsafe.sum())
+        self.ref_count[pages] = 1
+        self.state[pages] = USED
+        self.num_used += n
+        return pages, unsafe
+
     def ref_many(self, pages: list[int]) -> None:
         """Add a reference to each of `pages` (distinct, USED or CACHED): a cache hit."""
         arr = np.asarray(pages, dtype=np.int64)
@@ -162,6 +177,13 @@ class PagePool:
         """A batch step finished at `now`: open a new epoch; return retired pages now safe to reuse."""
         self.epochs.finish_step(now + self.race_window_s)
         return self._reclaim(now, whole_step=True)
+
+    def end_epochs(self, ends: list[float]) -> None:
+        """`end_epoch` at each of these times, in order, while nothing is retired (nothing to
+        reclaim): only the epochs advance."""
+        assert not self._retired, "end_epochs() with retired pages"
+        race = self.race_window_s
+        self.epochs.finish_steps([now + race for now in ends])
 
     def reclaim_exited(self, now: float) -> int:
         """Memory is short: free retired pages whose readers have all exited, without waiting for

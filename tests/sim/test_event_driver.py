@@ -34,13 +34,16 @@ def run_both(raw: dict, arm: str) -> tuple:
         cfg = resolve_arms({**raw, "exact_steps": exact}, [arm])[arm]
         cluster, summary, requests, series = run_arm(cfg, arm, show_progress=False)
         steps = sum(n.num_steps for n in cluster.nodes)
-        out.append((summary, requests, series, steps, cluster.env.num_events, cluster.step_rows))
+        spans = sum(n.num_span_steps for n in cluster.nodes)
+        out.append(
+            (summary, requests, series, steps, cluster.env.num_events, cluster.step_rows, spans)
+        )
     return out[0], out[1]
 
 
 def assert_same(ref: tuple, fast: tuple) -> None:
-    (s_ref, r_ref, ts_ref, steps_ref, _, rows_ref) = ref
-    (s_fast, r_fast, ts_fast, steps_fast, _, rows_fast) = fast
+    (s_ref, r_ref, ts_ref, steps_ref, _, rows_ref, _) = ref
+    (s_fast, r_fast, ts_fast, steps_fast, _, rows_fast, _) = fast
     assert steps_fast == steps_ref
     assert rows_fast == rows_ref  # steps.csv rows (when recorded): same steps, same order
     assert len(r_fast) == len(r_ref)
@@ -157,3 +160,83 @@ def test_random_workloads_are_the_same_both_ways(w):
         pytest.skip(str(err))
     ref, fast = run_both(raw, w["arm"])
     assert_same(ref, fast)
+
+
+spans = st.fixed_dictionaries(
+    {
+        "nodes": st.integers(1, 3),
+        "kind": st.sampled_from(["shared_prefix_groups", "no_sharing"]),
+        "rate": st.one_of(st.none(), st.floats(0.5, 60.0)),
+        "clients": st.integers(1, 40),
+        "prompt": st.integers(8, 3000),
+        "output": st.integers(1, 600),
+        "arm": st.sampled_from(["openclaw", "paged", "paged+prefix", "engine"]),
+        "pool_tokens": st.sampled_from([6_000, 20_000, 200_000]),
+        "seed": st.integers(0, 2**16),
+        "cache_outputs": st.booleans(),
+        "reclaim": st.sampled_from(["epoch", "immediate"]),
+        "race_window_s": st.sampled_from([0.0, 0.003]),
+        "max_num_seqs": st.sampled_from([4, 256]),
+    }
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spans)
+def test_decode_spans_are_the_same_both_ways(w):
+    """Without steps.csv the default driver runs decode spans (sim/node.py): interrupted by
+    arrivals and routing reads, ended by finishes, by page shortage (small pools: preemptions),
+    by pages to index (prefix caching of outputs), over one to three nodes."""
+    raw = {
+        "seed": w["seed"],
+        "duration_s": 6.0,
+        "sample_interval_s": 0.25,
+        "model": "llama-3-8b",
+        "node": {
+            "num_gpus": 1,
+            "tp": 1,
+            "kv_pool_bytes": w["pool_tokens"] * 131072,
+            "max_num_seqs": w["max_num_seqs"],
+        },
+        "cache": {
+            "cache_outputs": w["cache_outputs"],
+            "reclaim": w["reclaim"],
+            "race_window_s": w["race_window_s"],
+        },
+        "cluster": {"num_nodes": w["nodes"]},
+        "workload": {"name": w["kind"], "params": _params(w)},
+    }
+    try:
+        resolve_arms(raw, [w["arm"]])
+    except ConfigError as err:
+        pytest.skip(str(err))
+    ref, fast = run_both(raw, w["arm"])
+    assert_same(ref, fast)
+
+
+def test_decode_spans_run_and_are_exact():
+    """Long decodes, prefix caching off, two nodes, Poisson arrivals: most steps run inside
+    spans, and the results are the reference's."""
+    raw = {
+        "seed": 3,
+        "duration_s": 30.0,
+        "model": "llama-3-8b",
+        "node": {"num_gpus": 1, "tp": 1},
+        "cache": {"prefix_cache": False},
+        "cluster": {"num_nodes": 2},
+        "workload": {
+            "name": "no_sharing",
+            "params": {
+                "arrival": "poisson",
+                "rate": 3.0,
+                "input_min": 100,
+                "input_max": 2000,
+                "output_min": 50,
+                "output_max": 800,
+            },
+        },
+    }
+    ref, fast = run_both(raw, "paged")
+    assert_same(ref, fast)
+    assert fast[6] > fast[3] // 2  # steps inside spans: most of them
+    assert ref[6] == 0
