@@ -182,6 +182,55 @@ def mixed_graph_bench(shape, w, device, ctx=2048) -> dict:
     return out
 
 
+def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> dict:
+    """One layer's paged decode attention (kernels.paged_decode) as the serving engine runs it,
+    against the conditions the calibration measured it in: ms per call (CUDA events, median of
+    30) for the split count of the kernel's heuristic vs the decode graph's (its bucket), and for
+    pages spread at random over a serving-size pool vs consecutive pages."""
+    from engine.graphs import length_buckets
+    from kernels.paged_decode import paged_decode_attention
+
+    hkv, d = shape.num_kv_heads, shape.head_dim
+    k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
+    per_seq = ctx // PAGE
+    rng = np.random.default_rng(3)
+    tables = {
+        "random": rng.permutation(pool_pages)[: batch * per_seq].reshape(batch, per_seq),
+        "consecutive": np.arange(batch * per_seq).reshape(batch, per_seq),
+    }
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+    padded = next(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b >= batch)
+    bucket = next(b for b in length_buckets(40960) if b >= ctx)
+    splits = {
+        "heuristic": dict(max_seq_len=ctx, total_tokens=batch * ctx),
+        "graph_bucket": dict(max_seq_len=bucket, total_tokens=padded * bucket),
+    }
+    out: dict = {"batch": batch, "ctx": ctx, "pool_pages": pool_pages}
+    for tname, table in tables.items():
+        t = torch.from_numpy(table.astype(np.int32)).to(device)
+        for sname, kw in splits.items():
+
+            def call(t=t, kw=kw):
+                paged_decode_attention(q, k, v, t, lens, check_bounds=False, **kw)
+
+            for _ in range(3):
+                call()
+            times = []
+            for _ in range(30):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                call()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            out[f"{tname}/{sname}_ms"] = float(np.median(times))
+    kv_bytes = 2 * batch * ctx * hkv * d * 2
+    out["copy_floor_ms"] = kv_bytes / 4.8e12 * 1e3
+    return out
+
+
 def run(shape_name: str, device: str, seed: int = 0) -> dict:
     shape = SHAPES[shape_name]
     t0 = time.perf_counter()
@@ -238,6 +287,9 @@ def run(shape_name: str, device: str, seed: int = 0) -> dict:
         out["decode_graphs"] = decode_graph_bench(shape, w, device)
         torch.cuda.empty_cache()
         out["mixed_graphs"] = mixed_graph_bench(shape, w, device)
+        torch.cuda.empty_cache()
+        for b, c in ((25, 12288), (32, 2048), (8, 1024)):
+            out[f"decode_conditions_b{b}_c{c}"] = decode_conditions(shape, device, b, c)
     out["total_s"] = round(time.perf_counter() - t0, 2)
     return out
 
