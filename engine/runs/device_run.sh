@@ -18,6 +18,7 @@ fi
 echo "graphs: ${GRAPHS:-all}" | tee $OUT/serve.log
 python3 -m kvsched.engine_run --graphs ${GRAPHS:-all} ${DURATION:+--duration-s $DURATION} --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
-  --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml} \
+  --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml \
+  --config engine/runs/configs/overhead_probe.yaml} \
   2>&1 | tee -a $OUT/serve.log
 tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs

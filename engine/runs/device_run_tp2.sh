@@ -1,12 +1,14 @@
 #!/bin/bash
-# One device call on nvidia-h200-x2 (not run yet): article-70b at TP 2, one process per GPU
-# through NCCL (the machine's NCCL_NVLS_ENABLE=0 etc. are inherited; do not override them).
+# One device call on nvidia-h200-x2: article-70b at TP 2, one process per GPU through NCCL (the
+# machine's NCCL settings, NVLink multicast off, are inherited; do not override them).
 # carry: .whl (as device_run.sh)
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $OUT/gpu.txt
-torchrun --nproc-per-node 2 -m kvsched.engine_run --out-root $OUT/runs \
-  --config engine/runs/configs/article70b_tp2_shared_prefix.yaml 2>&1 | tee $OUT/serve_tp2.log
+env | grep ^NCCL | tee -a $OUT/gpu.txt
+torchrun --nproc-per-node 2 -m kvsched.engine_run --graphs ${GRAPHS:-all} --out-root $OUT/runs \
+  --config engine/runs/configs/article70b_tp2_shared_prefix.yaml \
+  --config engine/runs/configs/article70b_tp2_overhead_probe.yaml 2>&1 | tee $OUT/serve_tp2.log
 tar czf $OUT/runs_tp2.tgz -C $OUT runs && rm -rf $OUT/runs
