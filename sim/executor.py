@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+
 from sim.latency.base import LatencyModel, StepShape
 from sim.scheduler import BatchItem, Step
 
 # Seconds a node's step waits for KV pages held by other nodes (sim/xnode/page_traffic.py).
 RemoteTransfer = Callable[[int, list[BatchItem], float], float]
+# Fewer decode steps than this are priced one by one (a numpy pass costs more than a few prices).
+VECTOR_MIN = 6
 
 
 class StepExecutor(Protocol):
@@ -39,6 +43,16 @@ class ModelledExecutor:
         """Does a decode-only step's price depend on its size and context sum alone (not on
         the block tables, nor on other nodes' pages)?"""
         return self.transfer is None
+
+    def decode_steps_s(self, num_decode: int, ctx_sums: list[int]) -> list[float]:
+        """`decode_step_s` of decode-only steps of `num_decode` requests, one per context sum,
+        for an executor that `prices_decode_by_sum`: the latency model's vectorised price when
+        it has one (the same floats), else one price at a time."""
+        many = getattr(self.latency, "decode_steps_s", None)
+        if many is not None and len(ctx_sums) >= VECTOR_MIN:
+            return many(num_decode, np.array(ctx_sums, dtype=np.int64)).tolist()
+        price = self.latency.shape_time_s
+        return [price(StepShape([], [], num_decode, s)) for s in ctx_sums]
 
     def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
         """`run_step` of a decode-only step whose contexts sum to `decode_ctx_sum` (the node

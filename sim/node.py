@@ -80,8 +80,17 @@ class Node:
         self._span_ok = (
             self._repeat_ok and on_step is None and prices_by_sum is not None and prices_by_sum()
         )
-        self._span_ends: list[float] | None = None
-        self._span_left = 0
+        # Steps of a span are numbered from the one whose end started it (0). Step i >= 1 costs
+        # _span_prices[i - 1] and ends at _span_times[i] (filled in as `_sync` needs them).
+        self._span = False  # a span is running
+        self._span_left = 0  # step ends the span may still pass before the node looks again
+        self._span_index = 0  # step ends passed inside the span (the step in flight is one more)
+        self._span_counted = 0  # ... of which busy_s and num_steps count
+        self._span_applied = 1  # steps below this one are applied (the span's state is behind
+        # while _span_applied <= _span_index)
+        self._span_prices: list[float] = []
+        self._span_times: list[float] = []
+        self._span_first_sum = 0  # decode context sum of step 1
         if self._span_ok:
             env.syncs.append(self._sync)  # type: ignore[attr-defined]
         start = env.event()  # the first pass runs as a new process's would (urgent, at once)
@@ -96,19 +105,19 @@ class Node:
 
     @property
     def kv(self) -> KVManager:
-        if self._span_ends:
+        if self._span_applied <= self._span_index:
             self._sync()
         return self.scheduler.kv
 
     @property
     def waiting(self):
-        if self._span_ends:
+        if self._span_applied <= self._span_index:
             self._sync()
         return self.scheduler.waiting
 
     @property
     def running(self) -> list[Sequence]:
-        if self._span_ends:
+        if self._span_applied <= self._span_index:
             self._sync()
         return self.scheduler.running
 
@@ -130,7 +139,7 @@ class Node:
         return self.env.now < self.up_at
 
     def submit(self, seq: Sequence) -> None:
-        if self._span_ends is not None:  # new work: the span ends with the step in flight
+        if self._span:  # new work: the span ends with the step in flight
             self._sync()
             self._span_left = 0
         seq.node = self.node_id
@@ -155,12 +164,11 @@ class Node:
         """Run the serve loop at the clock's time until it must wait, then wait (a callback on
         the event waited for: SimPy resumes it exactly where a process would resume)."""
         if self._in_flight is not None:  # the event was the end of the step in flight
-            if self._span_ends is not None:
-                if self._span_left > 0:
-                    self._span_step()
-                    return
-                self._sync()  # the span ran out: the step that just ended is the node's own again
-                self._span_ends = None
+            if self._span:  # it ran out: the step that just ended is the node's own again
+                self._sync()
+                self._span = False
+                self._span_applied, self._span_index = 1, 0
+                self._span_prices, self._span_times = [], []
             if self._batch_decode and self._repeat():
                 return
             self._complete()
@@ -169,7 +177,14 @@ class Node:
             wait.callbacks.append(self._serve)
 
     def step_ended(self) -> None:
-        """The clock reached the end of this node's parked step (sim/clock.py)."""
+        """The clock reached the end of this node's parked step (sim/clock.py). Inside a span
+        the end only counts (park the next step at its known price); see `_sync`."""
+        if self._span_left:
+            self._span_left -= 1
+            self._span_index += 1
+            env = self.env
+            env.park(env._now + self._span_prices[self._span_index], self)  # type: ignore[attr-defined]
+            return
         self._serve()
 
     def _advance(self) -> simpy.Event | None:
@@ -218,41 +233,46 @@ class Node:
         if self.on_step is not None:
             self.on_step(self.node_id, start, step_s, step)
         span = scheduler.decode_span(step) if self._span_ok else 0
+        size = len(step.items)
         if span >= 2:  # apply this step and plan the next later (_sync), and so on span times
-            self._span_ends = [now]
+            first = self._decode_sum + size
+            sums = list(range(first, first + size * span, size))  # steps 1 .. span
+            self._span_prices = self.executor.decode_steps_s(size, sums)  # type: ignore[attr-defined]
+            self._span_times = [now]
+            self._span_first_sum = first
+            self._span = True
+            self._span_index = self._span_counted = self._span_applied = 0
             self._span_left = span - 1
         else:
             scheduler.repeat_decode(step, now)
-        self._decode_sum += len(step.items)
-        step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
+        self._decode_sum += size
+        if span >= 2:
+            step_s = self._span_prices[0]
+        else:
+            step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
         self._in_flight = (step, now, step_s)
         self.env.park(now + step_s, self)  # type: ignore[attr-defined]
         return True
 
-    def _span_step(self) -> None:
-        """A step of the span ended: count it, price and park the next one; the requests and
-        the pool wait for `_sync`."""
-        assert self._in_flight is not None and self._span_ends is not None
-        step, _, step_s = self._in_flight
-        now = self.env.now
-        self.busy_s += step_s
-        self.num_steps += 1
-        self.num_span_steps += 1
-        self._span_ends.append(now)
-        self._span_left -= 1
-        self._decode_sum += len(step.items)
-        step_s = self._decode_s(self.node_id, step, self._decode_sum, now)  # type: ignore[misc]
-        self._in_flight = (step, now, step_s)
-        self.env.park(now + step_s, self)  # type: ignore[attr-defined]
-
     def _sync(self) -> None:
-        """Apply the span's steps that ended and plan the one in flight: the state the
-        step-by-step driver holds now."""
-        ends = self._span_ends
-        if ends:
-            assert self._in_flight is not None
-            self.scheduler.repeat_decodes(self._in_flight[0], ends)
-            self._span_ends = []
+        """Bring the span up to the clock: count the step ends passed, apply the steps that
+        ended and plan the one in flight (the state the step-by-step driver holds now)."""
+        k = self._span_index
+        if self._span_applied > k:
+            return
+        step = self._in_flight[0]  # type: ignore[index]
+        prices, times = self._span_prices, self._span_times
+        while len(times) <= k:  # the clock parked each end at the previous one plus its price
+            times.append(times[-1] + prices[len(times) - 1])
+        for i in range(self._span_counted, k):
+            self.busy_s += prices[i]
+        self.num_steps += k - self._span_counted
+        self.num_span_steps += k - self._span_counted
+        self._span_counted = k
+        self.scheduler.repeat_decodes(step, times[self._span_applied : k + 1])
+        self._span_applied = k + 1
+        self._decode_sum = self._span_first_sum + len(step.items) * k
+        self._in_flight = (step, times[k], prices[k])
 
     def _complete(self) -> None:
         """The step in flight ended at the clock's time: record it and apply it."""
