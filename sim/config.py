@@ -98,6 +98,10 @@ class GpuConfig(Strict):
     # Per token of the step (norms, rotary, activations, sampling: elementwise work the GEMM and
     # attention tables leave out), seconds per token.
     token_overhead_s: float = Field(default=0.0, ge=0)
+    # The least a step with a prefill chunk takes (before step_overhead_s): an engine that
+    # launches such a step's attention from the host layer by layer cannot finish it faster
+    # than it issues it, so small mixed steps are host-bound at about this time.
+    mixed_step_floor_s: float = Field(default=0.0, ge=0)
     step_overhead_source: str = "not measured"
 
 

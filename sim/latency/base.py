@@ -45,12 +45,25 @@ class LatencyModel(Protocol):
         """Seconds (all layers) of one group's shared-prefix pass in a cascade decode."""
         ...
 
+    def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
+        """`shape_time_s` of decode-only steps of num_decode sequences, one per decode context
+        sum in ctx_sums (int64): elementwise the same floats, in one numpy pass."""
+        ...
+
 
 class StepOverhead:
-    """A latency model plus a fixed cost per step: what the priced kernels leave out (norms,
-    rotary, activations, sampling, launches, the scheduler's CPU time), `gpu.step_overhead_s`,
-    and the extra of a step that carries a prefill chunk (an engine that replays CUDA graphs
-    for decode-only steps launches mixed steps eagerly), `gpu.prefill_step_overhead_s`."""
+    """A latency model plus what its priced kernels leave out, each term measured on an engine
+    run (`kvsched validate`): a fixed cost per step (host work around the GPU: metadata, the
+    sync, sampling, the scheduler's CPU time), `gpu.step_overhead_s`; a cost per token of the
+    step (elementwise work: norms, rotary, activations), `gpu.token_overhead_s`; an extra for a
+    step that carries a prefill chunk, `gpu.prefill_step_overhead_s`; and a floor under such a
+    step's device time, `gpu.mixed_step_floor_s` (an engine that launches attention from the
+    host layer by layer is host-bound on small mixed steps: it cannot finish a step faster than
+    it issues it, and above the floor the launches hide behind the GPU work).
+
+        device = inner + per_token * tokens
+        step   = (max(device, floor) + prefill_extra if prefill else device) + overhead
+    """
 
     def __init__(
         self,
@@ -58,28 +71,35 @@ class StepOverhead:
         overhead_s: float,
         prefill_extra_s: float = 0.0,
         per_token_s: float = 0.0,
+        mixed_floor_s: float = 0.0,
     ):
         self.inner, self.overhead_s = inner, overhead_s
         self.prefill_extra_s, self.per_token_s = prefill_extra_s, per_token_s
+        self.mixed_floor_s = mixed_floor_s
         self.name = (
             f"{inner.name}+overhead({overhead_s * 1e3:.3g} ms/step, "
-            f"{prefill_extra_s * 1e3:.3g} ms/prefill step, {per_token_s * 1e6:.3g} us/token)"
+            f"{prefill_extra_s * 1e3:.3g} ms/prefill step, {per_token_s * 1e6:.3g} us/token"
+            + (f", {mixed_floor_s * 1e3:.3g} ms mixed-step floor" if mixed_floor_s else "")
+            + ")"
         )
 
-    def _extra_s(self, has_prefill: bool, tokens: int) -> float:
-        return (
-            self.overhead_s
-            + (self.prefill_extra_s if has_prefill else 0.0)
-            + (self.per_token_s * tokens)
-        )
+    def _with_terms(self, inner_s: float, has_prefill: bool, tokens: int) -> float:
+        device = inner_s + self.per_token_s * tokens
+        if has_prefill:
+            device = max(device, self.mixed_floor_s) + self.prefill_extra_s
+        return device + self.overhead_s
 
     def step_time_s(self, plan: StepPlan) -> float:
-        extra = self._extra_s(bool(plan.prefill_new.size), plan.num_tokens)
-        return self.inner.step_time_s(plan) + extra
+        has_prefill = bool(plan.prefill_new.size)
+        return self._with_terms(self.inner.step_time_s(plan), has_prefill, plan.num_tokens)
 
     def shape_time_s(self, shape: StepShape) -> float:
         tokens = sum(shape.prefill_new) + shape.num_decode
-        return self.inner.shape_time_s(shape) + self._extra_s(bool(shape.prefill_new), tokens)
+        return self._with_terms(self.inner.shape_time_s(shape), bool(shape.prefill_new), tokens)
 
     def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
         return self.inner.cascade_prefix_s(group_size, prefix_tokens)
+
+    def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
+        device = self.inner.decode_steps_s(num_decode, ctx_sums) + self.per_token_s * num_decode
+        return device + self.overhead_s

@@ -27,7 +27,6 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +204,27 @@ class _Grid2:
             + t * u * z1[j + 1]
         )
 
+    def many(self, x: float, y: np.ndarray) -> np.ndarray:
+        """`self(x, v)` for every v in y (float64), elementwise the same operations."""
+        xs, ys = self.xs, self.ys
+        if x <= xs[0]:
+            i, t = 0, 0.0
+        else:
+            i = min(bisect.bisect_right(xs, x) - 1, len(xs) - 2)
+            t = (x - xs[i]) / (xs[i + 1] - xs[i])
+        ya = np.asarray(ys)
+        j = np.minimum(np.searchsorted(ya, y, side="right") - 1, len(ys) - 2)
+        below = y <= ys[0]
+        j = np.where(below, 0, j)
+        u = np.where(below, 0.0, (y - ya[j]) / (ya[j + 1] - ya[j]))
+        z0, z1 = np.asarray(self.ms[i]), np.asarray(self.ms[i + 1])
+        return (
+            (1 - t) * (1 - u) * z0[j]
+            + t * (1 - u) * z1[j]
+            + (1 - t) * u * z0[j + 1]
+            + t * u * z1[j + 1]
+        )
+
 
 class CalibratedLatency:
     """Step time from the measured tables of one (model, tp); see the module docstring."""
@@ -259,7 +279,21 @@ class CalibratedLatency:
         return dict(zip(self.terms, self._terms(shape), strict=True))
 
     def shape_time_s(self, shape: StepShape) -> float:
-        return math.fsum(self._terms(shape))
+        # A left-to-right sum in TERMS order (not fsum): `decode_steps_s` repeats it
+        # elementwise in numpy and gets the same floats.
+        return sum(self._terms(shape))
+
+    def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
+        """`shape_time_s` of decode-only steps of num_decode sequences, one per decode context
+        sum in `ctx_sums` (int64): the same float for each, computed in one numpy pass (the
+        simulator prices a stretch of decode-only steps at once)."""
+        ctx_sums = np.asarray(ctx_sums, dtype=np.int64)
+        if num_decode == 0:  # an empty step: whatever it costs, the same for every element
+            return np.full(ctx_sums.shape, self.shape_time_s(StepShape([], [], 0, 0)))
+        gemm, _, prefill, lm, allreduce = self._terms(StepShape([], [], num_decode, 0))
+        mean_ctx = ctx_sums.astype(np.float64) / num_decode
+        decode_attn = self._layers * self._decode.many(float(num_decode), mean_ctx) * 1e-3
+        return 0 + gemm + decode_attn + prefill + lm + allreduce
 
     def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
         """One group's shared-prefix pass of a cascade decode (all layers): measured when the
@@ -303,7 +337,7 @@ class CalibratedLatency:
         return b["gemm_s"] + b["decode_attn_s"] + b["prefill_attn_s"] + b["lm_head_s"]
 
     def step_time_s(self, plan: Any) -> float:
-        return math.fsum(self.breakdown(plan).values())
+        return sum(self.breakdown(plan).values())
 
 
 @functools.lru_cache(maxsize=8)

@@ -18,5 +18,10 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
     plus the GPU's fixed per-step overhead when it has one (`gpu.step_overhead_s`)."""
     calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
     priced = calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
-    terms = (gpu.step_overhead_s, gpu.prefill_step_overhead_s, gpu.token_overhead_s)
+    terms = (
+        gpu.step_overhead_s,
+        gpu.prefill_step_overhead_s,
+        gpu.token_overhead_s,
+        gpu.mixed_step_floor_s,
+    )
     return StepOverhead(priced, *terms) if any(terms) else priced

@@ -47,6 +47,21 @@ class RooflineLatency:
         new = np.array(shape.prefill_new, dtype=np.int64)
         return self.step_time_s(StepPlan(new, np.array(shape.prefill_ctx, dtype=np.int64), decode))
 
+    def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
+        """`shape_time_s` of decode-only steps of num_decode sequences, one per decode context
+        sum (int64), in one numpy pass: elementwise the same operations and floats."""
+        ctx_sums = np.asarray(ctx_sums, dtype=np.int64)
+        if num_decode == 0:  # an empty step: whatever it costs, the same for every element
+            return np.full(ctx_sums.shape, self.shape_time_s(StepShape([], [], 0, 0)))
+        empty = np.zeros(0, dtype=np.int64)
+        plan = StepPlan(empty, empty, np.zeros(num_decode, dtype=np.int64))
+        linear, allreduce = self.linear_s(plan), self.allreduce_s(plan.num_tokens)
+        kv_tokens_read = ctx_sums.astype(np.float64)
+        read_s = kv_tokens_read * self.kv_bytes_per_token_per_gpu / self.gpu.hbm_bytes_per_s
+        pairs = 0.0 + kv_tokens_read  # no prefill pairs
+        compute_s = pairs * self.attn_flops_per_pair_per_gpu / self.gpu.bf16_flops_per_s
+        return linear + np.maximum(read_s, compute_s) + allreduce
+
     def linear_s(self, plan: StepPlan) -> float:
         tokens = plan.num_tokens
         num_logits = int(plan.prefill_new.shape[0]) + int(plan.decode_ctx.shape[0])
