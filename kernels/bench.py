@@ -363,6 +363,46 @@ def tune(copy_tbps: float, log) -> tuple[dict, list[dict]]:
     return best, trials
 
 
+TARGET_SHAPES = [
+    (f"{b}x{ctx // 1024}K", [ctx] * b)
+    for b in (16, 64, 256)
+    for ctx in GRID_CONTEXTS
+    if b * ctx <= GRID_MAX_TOKENS
+]
+# Split sweeps for shapes that miss their target (launcher kwargs on top of the config).
+SPLIT_SWEEP = [
+    {"programs_per_sm": 8},
+    {"programs_per_sm": 4},
+    {"programs_per_sm": 32},
+    {"min_split_tokens": 1024},
+    {"min_split_tokens": 2048},
+    {"block_n": 128, "num_warps": 8},
+    {"num_stages": 3},
+]
+
+
+def decode_targets(rows: list[Row], add, copy_tbps: float, cfg: dict, log) -> None:
+    """Issue-13 decode targets: >= 1.0x SDPA on every batch >= 16 shape, 1 x 128K >= 0.85 of the
+    copy ceiling. Shapes that miss get a split/tile sweep (rows with their config)."""
+    misses = []
+    for name, lens in TARGET_SHAPES:
+        row = run_case(name, lens, 16, True, copy_tbps, with_sdpa=True, **cfg)
+        add(row)
+        if row.vs_sdpa is not None and row.vs_sdpa < 1.0:
+            misses.append((name, lens))
+    row = run_case("1x128K", [131072], 16, True, copy_tbps, with_sdpa=True, **cfg)
+    add(row)
+    if row.frac_copy < 0.85:
+        misses.append(("1x128K", [131072]))
+    log(f"# decode target misses: {[m[0] for m in misses]}")
+    for name, lens in misses:
+        for extra in SPLIT_SWEEP:
+            try:
+                add(run_case(name, lens, 16, True, copy_tbps, **{**cfg, **extra}))
+            except Exception as exc:  # a config that does not compile is skipped
+                log(f"  sweep {name} {extra}: failed ({type(exc).__name__}: {str(exc)[:80]})")
+
+
 def fmt_table(rows: list[Row]) -> str:
     head = (
         f"{'case':<10}{'page':>5} {'variant':<12}{'ms':>9}{'eager':>8}{'KV MB':>9}{'req MB':>9}"
@@ -388,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         action="store_true",
         help="launch 16x32K once per variant and exit (run under ncu to count DRAM bytes)",
+    )
+    ap.add_argument(
+        "--targets",
+        action="store_true",
+        help="the decode targets only: every batch >= 16 grid shape vs SDPA, 1 x 128K vs the "
+        "copy ceiling, and a split sweep on the shapes that miss",
     )
     ap.add_argument("--config", default="{}", help="JSON kwargs for the launcher")
     ap.add_argument(
@@ -463,6 +509,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
+    if args.targets:
+        decode_targets(rows, add, copy_tbps, cfg, log)
+        print(fmt_table(rows))
+        return 0
     headline = [("1x32K", [32768]), ("16x32K", [32768] * 16), ("256x2K", [2048] * 256)]
     mix = seed_mix_lengths()
     for name, lens in headline:

@@ -43,6 +43,8 @@ SMALL_CHUNKS = (1, 16, 64)  # the "few new tokens over 32K" target rows
 FLEX_CASES = ((0, 8192), (32768, 2048))
 SHARED_PREFIX = 2048
 PAGE = 16
+DATASHEET_TBPS = 4.8  # H200 HBM3e
+DATASHEET_TFLOPS = 990.0  # H200 SXM dense bf16
 
 
 def matmul_tflops() -> float:
@@ -92,34 +94,35 @@ def check_prefill(q, kv, cu, out, max_rows: int = 128) -> float:
 
 def time_prefill(
     ctx: int, new: int, cfg: dict, seed: int = 0, check: bool = True
-) -> tuple[float, float]:
-    """(graph ms, rel err or nan) of our kernel on one chunk, with a prebuilt plan."""
+) -> tuple[float, float, str]:
+    """(graph ms, rel err or nan, work class) of our kernel on one chunk, with a prebuilt plan.
+
+    `cfg` holds plan knobs (DEFAULT_PREFILL_CONFIG keys) and, optionally, launch knobs that
+    override the plan's work-class config (PREFILL_LAUNCH_CONFIGS)."""
     import torch
 
-    from kernels.paged_prefill import paged_prefill_attention, plan_prefill
+    from kernels.paged_prefill import CLASS_KEYS, paged_prefill_attention, plan_prefill
 
     q, kv, cu = prefill_inputs(ctx, new, seed)
     hq, hkv = q.shape[1], kv.k_cache.shape[1]
-    plan_keys = ("block_m", "block_n", "programs_per_sm", "min_split_tokens")
+    plan_keys = ("block_m", "programs_per_sm", "min_split_tokens")
     plan = plan_prefill(
         [new],
         [ctx + new],
         hkv,
         hq // hkv,
         device=q.device,
-        **{k: cfg[k] for k in plan_keys if k in cfg},
+        launch={k: cfg[k] for k in CLASS_KEYS if k in cfg},
+        **{k: cfg[k] for k in plan_keys if k in cfg and cfg[k] is not None},
     )
-    launch_cfg = {k: cfg[k] for k in ("block_n", "num_warps", "num_stages") if k in cfg}
     out = torch.full_like(q, float("nan"))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
-    paged_prefill_attention(*args, out=out, plan=plan, check_bounds=True, **launch_cfg)
+    paged_prefill_attention(*args, out=out, plan=plan, check_bounds=True)
     err = check_prefill(q, kv, cu, out) if check else float("nan")
     if check and (not (err < 1e-2) or not bool(torch.isfinite(out).all())):
         raise RuntimeError(f"prefill output wrong: rel err {err} at c={ctx} n={new} cfg {cfg}")
-    ms = bench_ms(
-        lambda: paged_prefill_attention(*args, out=out, plan=plan, check_bounds=False, **launch_cfg)
-    )
-    return ms, err
+    ms = bench_ms(lambda: paged_prefill_attention(*args, out=out, plan=plan, check_bounds=False))
+    return ms, err, plan.work_class
 
 
 def sdpa_prefill_ms(ctx: int, new: int) -> dict[str, float]:
@@ -186,13 +189,19 @@ def prefill_row(ctx, new, cfg, copy_tbps, mm_tflops, sdpa=True, flex=False) -> d
     from kernels.reference import prefill_flops
 
     hq, hkv, d = (ARTICLE_SHAPE[k] for k in ("num_q_heads", "num_kv_heads", "head_dim"))
-    ms, err = time_prefill(ctx, new, cfg)
+    ms, err, work_class = time_prefill(ctx, new, cfg)
     flops = prefill_flops([ctx], [new], hq, d)
     kv_bytes = (ctx + new) * 2 * hkv * d * 2
+    # Datasheet roofline: max(KV read once at 4.8 TB/s, FLOPs at 990 TFLOP/s dense bf16).
+    roofline_ms = max(kv_bytes / DATASHEET_TBPS, flops / DATASHEET_TFLOPS) / 1e12 * 1e3
     row = {
         "context": ctx,
         "new": new,
         "ms": ms,
+        "work_class": work_class,
+        "roofline_ms": roofline_ms,
+        "x_roofline": ms / roofline_ms,
+        "roofline_bound": "kv" if kv_bytes / DATASHEET_TBPS > flops / DATASHEET_TFLOPS else "flops",
         "rel_err": err,
         "tflops": flops / (ms * 1e-3) / 1e12,
         "flops": flops,
@@ -212,6 +221,12 @@ def prefill_row(ctx, new, cfg, copy_tbps, mm_tflops, sdpa=True, flex=False) -> d
         row["flex_tflops"] = None if fms is None else flops / (fms * 1e-3) / 1e12
     _free()
     return row
+
+
+def load_json_arg(text: str):
+    """A JSON string, or the path of a JSON file."""
+    p = Path(text)
+    return json.loads(p.read_text()) if p.is_file() else json.loads(text)
 
 
 def _free() -> None:
@@ -345,49 +360,86 @@ def cascade_rows(copy_tbps: float, prefix_cfg: dict, decode_cfg: dict, log) -> l
     return [row]
 
 
-def tune_prefill(log, budget_s: float = 120.0) -> tuple[dict, list[dict]]:
-    """Sweep tiles/warps/stages on a compute-bound and a split-keys shape (geo-mean objective)."""
-    from kernels.paged_prefill import DEFAULT_PREFILL_CONFIG
+# Per work class: the shapes it is tuned on and the candidates, most promising first (the
+# budget cuts the tail). Launch keys only (PREFILL_LAUNCH_CONFIGS); the first is the default.
+TUNE_SHAPES = {
+    "split_small": [(32768, 1), (16384, 2)],
+    "split": [(32768, 16), (32768, 64)],
+    "tiles": [(0, 8192), (8192, 2048), (512, 2048)],
+}
+_B: dict = {"block_n": 128, "num_warps": 8, "num_stages": 3}
+TUNE_CANDIDATES: dict[str, list[dict]] = {
+    "tiles": [
+        dict(_B),
+        dict(_B, lazy_rescale=True),
+        dict(_B, block_n=64, num_stages=2),  # ~96 KB of shared memory: 2 programs per SM
+        dict(_B, num_stages=2),
+        dict(_B, num_stages=2, lazy_rescale=True),
+        dict(_B, block_n=64, num_stages=2, lazy_rescale=True),
+        dict(_B, num_stages=4),
+        dict(_B, block_n=64, num_stages=3),
+        dict(_B, warp_specialize=True),
+        dict(_B, warp_specialize=True, lazy_rescale=True),
+    ],
+    "split": [
+        dict(_B),
+        dict(_B, block_n=64, num_stages=2, split_programs_per_sm=2),
+        dict(_B, lazy_rescale=True),
+        dict(_B, block_n=64),
+        dict(_B, num_warps=4, block_n=64, num_stages=2, split_programs_per_sm=2),
+        dict(_B, num_stages=2),
+        dict(_B, warp_specialize=True),
+    ],
+    "split_small": [
+        dict(_B),
+        dict(_B, num_warps=4),
+        dict(_B, num_warps=4, block_n=64, num_stages=4),
+        dict(_B, num_warps=4, block_n=64, num_stages=3, split_programs_per_sm=4),
+        dict(_B, num_warps=4, split_programs_per_sm=1),
+        dict(_B, num_warps=2, block_n=64, num_stages=4),
+    ],
+}
 
-    shapes = [(0, 8192), (8192, 2048), (32768, 16), (32768, 1), (32768, 64)]
+
+def tune_prefill(log, budget_s: float = 120.0, on_best=None) -> tuple[dict[str, dict], list[dict]]:
+    """Per work class, the fastest candidate by geo-mean time over the class's shapes (each
+    candidate checked against the reference once). Returns (class -> config, trials);
+    `on_best(best so far)` is called after every improvement (a crash keeps what was found).
+    Candidates that may not compile on every Triton (warp_specialize) come last in a class."""
     trials: list[dict] = []
-    best, best_score = dict(DEFAULT_PREFILL_CONFIG), float("inf")
+    best_cfgs: dict[str, dict] = {}
     t0 = time.time()
-    # Most promising first (the run-1 sweep's leaders); the budget cuts the tail.
-    grid = [
-        (128, 128, 8, 3),
-        (128, 64, 8, 3),
-        (128, 128, 8, 2),
-        (128, 64, 4, 3),
-        (64, 64, 4, 3),
-        (128, 128, 8, 4),
-        (64, 128, 4, 3),
-    ]
-    for block_m, block_n, warps, stages in grid:
-        if time.time() - t0 > budget_s:
-            log("  tune: time budget spent")
-            break
-        cfg = dict(
-            DEFAULT_PREFILL_CONFIG,
-            block_m=block_m,
-            block_n=block_n,
-            num_warps=warps,
-            num_stages=stages,
-        )
-        try:
-            times = [time_prefill(c, n, cfg, check=False)[0] for c, n in shapes]
-        except Exception as exc:  # a config that does not compile or run is skipped
-            log(f"  tune {cfg}: failed ({type(exc).__name__}: {str(exc)[:80]})")
-            continue
-        score = float(np.mean(np.log(times)))
-        trials.append({**cfg, "ms": dict(zip(map(str, shapes), times, strict=True))})
-        log(
-            f"  tune m{block_m} n{block_n} w{warps} s{stages}: "
-            + " ".join(f"{t:.4f}" for t in times)
-        )
-        if score < best_score:
-            best, best_score = cfg, score
-    return best, trials
+    per_class = budget_s / len(TUNE_SHAPES)
+    for ci, (cls, shapes) in enumerate(TUNE_SHAPES.items()):
+        best_score = float("inf")
+        class_end = t0 + per_class * (ci + 1)
+        for i, cand in enumerate(TUNE_CANDIDATES[cls]):
+            if i > 0 and time.time() > class_end:
+                log(f"  tune {cls}: time budget spent after {i} candidates")
+                break
+            try:
+                times = []
+                for j, (c, n) in enumerate(shapes):
+                    ms, _, got = time_prefill(c, n, cand, check=j == 0)
+                    if got != cls:
+                        raise RuntimeError(f"c={c} n={n} planned as {got}, not {cls}")
+                    times.append(ms)
+            except Exception as exc:  # a config that does not compile, run or check is skipped
+                log(f"  tune {cls} {cand}: failed ({type(exc).__name__}: {str(exc)[:160]})")
+                trials.append({"class": cls, **cand, "failed": f"{type(exc).__name__}"})
+                _free()
+                continue
+            score = float(np.mean(np.log(times)))
+            trials.append(
+                {"class": cls, **cand, "ms": dict(zip(map(str, shapes), times, strict=True))}
+            )
+            log(f"  tune {cls} {cand}: " + " ".join(f"{t:.4f}" for t in times))
+            if score < best_score:
+                best_cfgs[cls], best_score = dict(cand), score
+                if on_best is not None:
+                    on_best(best_cfgs)
+            _free()
+    return best_cfgs, trials
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,10 +447,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench_prefill.json"))
     ap.add_argument("--tune", action="store_true", help="sweep prefill configs first")
     ap.add_argument("--tune-budget", type=float, default=120.0)
+    ap.add_argument(
+        "--tune-only",
+        action="store_true",
+        help="sweep, write --launch-configs-out after every improvement and --out, then stop",
+    )
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles)")
     ap.add_argument("--no-sdpa", action="store_true")
+    ap.add_argument("--cascade-sweep", action="store_true", help="prefix splits at 1 and 2 /SM")
     ap.add_argument("--suite", default="prefill,cascade")
-    ap.add_argument("--config", default="{}", help="JSON prefill launcher config")
+    ap.add_argument("--config", default="{}", help="JSON prefill plan config (+ launch keys)")
+    ap.add_argument(
+        "--launch-configs",
+        default="",
+        help="JSON (or a file of it) of per-class launch configs (PREFILL_LAUNCH_CONFIGS)",
+    )
+    ap.add_argument(
+        "--launch-configs-out", type=Path, default=None, help="write the class configs used"
+    )
     ap.add_argument("--prefix-config", default="{}", help="JSON cascade prefix-pass config")
     args = ap.parse_args(argv)
 
@@ -411,8 +477,29 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    from kernels.paged_prefill import DEFAULT_PREFILL_CONFIG
+    from kernels.paged_prefill import (
+        DEFAULT_PREFILL_CONFIG,
+        PREFILL_LAUNCH_CONFIGS,
+        set_prefill_launch_configs,
+    )
 
+    if args.launch_configs:
+        set_prefill_launch_configs(load_json_arg(args.launch_configs))
+    if args.tune_only:
+        env = environment()
+        log(f"# {env}")
+
+        def on_best(best: dict) -> None:
+            if args.launch_configs_out:
+                table = {k: {**PREFILL_LAUNCH_CONFIGS[k], **v} for k, v in best.items()}
+                args.launch_configs_out.write_text(json.dumps(table, indent=1) + "\n")
+
+        best, trials = tune_prefill(log, args.tune_budget, on_best=on_best)
+        on_best(best)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"env": env, "tuned": best, "trials": trials}, indent=1))
+        log(f"# tuned launch configs: {best}")
+        return 0
     env = environment()
     log(f"# {env}")
     copy_tbps = copy_ceiling_tbps()
@@ -428,10 +515,18 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(result, indent=1))
 
     if args.tune:
-        cfg, trials = tune_prefill(log, args.tune_budget)
+        best, trials = tune_prefill(log, args.tune_budget)
         result["tune_trials"] = trials
-        log(f"# tuned prefill config: {cfg}")
+        set_prefill_launch_configs(best)
+        log(f"# tuned launch configs: {best}")
     result["prefill_config"] = cfg
+    result["prefill_launch_configs"] = {k: dict(v) for k, v in PREFILL_LAUNCH_CONFIGS.items()}
+    log(f"# launch configs used: {result['prefill_launch_configs']}")
+    if args.launch_configs_out:
+        args.launch_configs_out.write_text(
+            json.dumps(result["prefill_launch_configs"], indent=1) + "\n"
+        )
+    save()
     if "prefill" in suites:
         rows = result.setdefault("prefill", [])
         cases = [(c, n) for c in PREFILL_CONTEXTS for n in PREFILL_CHUNKS]
@@ -443,8 +538,10 @@ def main(argv: list[str] | None = None) -> int:
             sd = row.get("sdpa_ms") or {}
             fl = f" flex {row['flex_tflops']:.0f}" if row.get("flex_tflops") else ""
             log(
-                f"  prefill c={c} n={n}: {row['ms']:.4f} ms {row['tflops']:.0f} TFLOP/s "
-                f"({row['x_kv_roofline']:.2f}x KV roofline, floor {row['flop_floor_ms']:.4f}) "
+                f"  prefill c={c} n={n} [{row['work_class']}]: {row['ms']:.4f} ms "
+                f"{row['tflops']:.0f} TFLOP/s ({row['x_roofline']:.2f}x roofline "
+                f"{row['roofline_ms']:.4f} [{row['roofline_bound']}], "
+                f"{row['x_kv_roofline']:.2f}x KV@copy, floor {row['flop_floor_ms']:.4f}) "
                 f"sdpa " + " ".join(f"{k} {v:.4f}" for k, v in sd.items()) + fl
             )
             save()
@@ -453,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
 
         pcfg = {**DEFAULT_PREFIX_CONFIG, **json.loads(args.prefix_config)}
         result["cascade"] = []
-        for pps in sorted({pcfg["programs_per_sm"], 1, 2}):
+        for pps in sorted({pcfg["programs_per_sm"], *((1, 2) if args.cascade_sweep else ())}):
             prefix_cfg = dict(pcfg, programs_per_sm=pps)
             result["cascade"] += cascade_rows(copy_tbps, prefix_cfg, {}, log)
             save()

@@ -148,6 +148,76 @@ def fidelity_plans(
     return plans
 
 
+def prefill_launch_configs() -> dict:
+    from kernels.paged_prefill import PREFILL_LAUNCH_CONFIGS
+
+    return {k: dict(v) for k, v in PREFILL_LAUNCH_CONFIGS.items()}
+
+
+_PLAN_KEYS = ("block_m", "block_n", "programs_per_sm", "min_split_tokens")
+
+
+def fidelity_plans_extra(
+    n: int,
+    seed: int = 20261130,
+    max_batch: int = 256,
+    max_ctx: int = 32768,
+    page_size: int = 16,
+) -> list[dict]:
+    """Held-out compositions of the two kinds `fidelity_plans` lacks (log-uniform draws):
+
+    even i, "prefix_hit": 1-3 chunks of 1-512 new tokens over 1K-32K cached tokens (a prefix-cache
+    hit leaves few tokens to compute over a long context), plus 0-64 decodes;
+    odd i, "cascade": 1-3 groups of 2-64 decodes sharing a 256-8K-token prefix (whole pages; each
+    member's own tail 1-2K tokens), plus 0-16 unshared decodes and, in a third of them, one chunk
+    of 1-1K tokens over 0-8K. (Ranges as at max_ctx = 32K; they scale with it.)
+    `cascade_groups` [[size, prefix], ...] name the first sum(size) decodes, in order.
+    """
+    rng = np.random.default_rng(seed)
+
+    def logu(lo: float, hi: float, size: int | None = None):
+        return np.exp(rng.uniform(np.log(lo), np.log(hi), size=size)).astype(int)
+
+    new_hi = max(2, min(512, max_ctx // 64))  # 512 at 32K
+    ctx_lo = max(1, max_ctx // 32)  # 1K
+    pre_lo = max(page_size, max_ctx // 128)  # 256
+    pre_hi = max(pre_lo + 1, max_ctx // 4)  # 8K
+    tail_hi = max(2, max_ctx // 16)  # 2K
+    dec_lo = max(16, max_ctx // 256)  # 128
+    plans = []
+    for i in range(n):
+        groups: list[list[int]] = []
+        dec: list[int] = []
+        if i % 2 == 0:
+            k = int(rng.integers(1, 4))
+            new = logu(1, new_hi, k)
+            ctx = logu(ctx_lo, max(ctx_lo + 1, max_ctx - new_hi), k)
+            dec = logu(dec_lo, max_ctx, int(rng.integers(0, min(64, max_batch) + 1))).tolist()
+        else:
+            for _ in range(int(rng.integers(1, 4))):
+                size = int(logu(2, min(64, max(2, max_batch)) + 1))
+                prefix = max(page_size, int(logu(pre_lo, pre_hi)) // page_size * page_size)
+                if len(dec) + size > max_batch:
+                    break
+                groups.append([size, prefix])
+                dec += (prefix + logu(1, tail_hi, size)).tolist()
+            alone = int(rng.integers(0, min(16, max_batch - len(dec)) + 1))
+            dec += logu(dec_lo, max_ctx, alone).tolist()
+            k = int(rng.random() < 1 / 3)
+            new = logu(1, 2 * new_hi, k)
+            ctx = rng.integers(0, max(1, max_ctx // 4), size=k)
+        plans.append(
+            {
+                "kind": "prefix_hit" if i % 2 == 0 else "cascade",
+                "prefill_new": [int(x) for x in new],
+                "prefill_ctx": [int(x) for x in ctx],
+                "decode_ctx": [int(x) for x in dec],
+                "cascade_groups": groups,
+            }
+        )
+    return plans
+
+
 class LayerParts:
     """One layer's weights, KV pool and activations on the GPU, and callables for each part."""
 
@@ -230,6 +300,56 @@ class LayerParts:
             q, self.k_cache, self.v_cache, table, seq_lens, out=out, check_bounds=False, **hints
         )
 
+    def cascade_decode(self, lens: list[int], groups: list[list[int]]):
+        """Cascade decode over `lens`: groups [[size, prefix], ...] share their first `prefix`
+        tokens (the same pages) among the first sum(size) decodes in order; the rest are alone."""
+        from kernels.cascade_decode import cascade_decode_attention, plan_cascade
+
+        torch = self.torch
+        grouped = sum(s for s, _ in groups)
+        sizes = [s for s, _ in groups] + [1] * (len(lens) - grouped)
+        prefixes = [p for _, p in groups] + [0] * (len(lens) - grouped)
+        per_seq = [max(1, -(-n // PAGE_SIZE)) for n in lens]
+        shared = np.repeat([p // PAGE_SIZE for p in prefixes], sizes).tolist()
+        need = sum(p // PAGE_SIZE for p in prefixes) + sum(
+            a - b for a, b in zip(per_seq, shared, strict=True)
+        )
+        if need > self.n_pages:
+            raise ValueError(f"pool of {self.n_pages} pages too small for {need}")
+        perm = torch.randperm(self.n_pages, generator=self.gen, device=self.dev)[:need].cpu()
+        table = torch.zeros((len(lens), max(per_seq)), dtype=torch.int32)
+        at, b = 0, 0
+        for size, prefix in zip(sizes, prefixes, strict=True):
+            pp = prefix // PAGE_SIZE
+            head = perm[at : at + pp]
+            at += pp
+            for _ in range(size):
+                table[b, :pp] = head
+                table[b, pp : per_seq[b]] = perm[at : at + per_seq[b] - pp]
+                at += per_seq[b] - pp
+                b += 1
+        table = table.to(self.dev)
+        seq_lens = torch.tensor(lens, dtype=torch.int32, device=self.dev)
+        hq, hkv = self.s["num_q_heads"], self.s["num_kv_heads"]
+        plan = plan_cascade(
+            table,
+            seq_lens,
+            sizes,
+            prefixes,
+            PAGE_SIZE,
+            hkv,
+            hq // hkv,
+            device=self.dev,
+            prefix_config=self.cascade_cfg,
+        )
+        q = torch.randn((len(lens), hq, self.s["head_dim"]), device=self.dev, dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        kw = dict(out=out, prefix_config=self.cascade_cfg, decode_config=self.cfg)
+        cascade_decode_attention(q, self.k_cache, self.v_cache, plan, **kw)  # validates once
+        return lambda: cascade_decode_attention(
+            q, self.k_cache, self.v_cache, plan, check_bounds=False, **kw
+        )
+
     def _table(self, n_tokens_list: list[int]):
         """Block tables of random pool pages, one row per length."""
         torch = self.torch
@@ -246,7 +366,7 @@ class LayerParts:
 
     def prefill(self, new: int, ctx: int):
         """Our paged prefill kernel: `new` tokens over `ctx` cached + themselves (causal)."""
-        from kernels.paged_prefill import paged_prefill_attention, plan_prefill
+        from kernels.paged_prefill import LAUNCH_KEYS, paged_prefill_attention, plan_prefill
 
         torch = self.torch
         hq, hkv, d = self.s["num_q_heads"], self.s["num_kv_heads"], self.s["head_dim"]
@@ -262,9 +382,10 @@ class LayerParts:
             hkv,
             hq // hkv,
             device=self.dev,
-            **{k: pcfg[k] for k in ("block_m", "block_n", "programs_per_sm", "min_split_tokens")},
+            **{k: pcfg[k] for k in _PLAN_KEYS if k in pcfg},
         )
-        launch = {k: pcfg[k] for k in ("block_n", "num_warps", "num_stages")}
+        # Launch knobs given in the config override the plan's work-class config.
+        launch = {k: pcfg[k] for k in LAUNCH_KEYS if k in pcfg}
         args = (q, self.k_cache, self.v_cache, table, lens, cu)
         paged_prefill_attention(*args, out=out, plan=plan, **launch)  # validates once
         return lambda: paged_prefill_attention(
@@ -350,6 +471,7 @@ def calibrate_one(
     attn_cache: dict | None = None,
     prefill_cfg: dict | None = None,
     cascade_cfg: dict | None = None,
+    fidelity_extra: int = 0,
 ) -> tuple[dict, list]:
     """One (model, tp): its table for the calibration file and its fidelity records.
 
@@ -373,7 +495,9 @@ def calibrate_one(
     pool_tokens = max(
         g.prefill_new[-1] + g.prefill_context[-1] + PAGE_SIZE,
         g.cascade_prefix[-1] + PAGE_SIZE,
-        g.decode_batch[-1] * g.decode_context[-1] if ("decode" in want or fidelity_n) else 0,
+        g.decode_batch[-1] * g.decode_context[-1]
+        if ("decode" in want or fidelity_n or fidelity_extra)
+        else 0,
     )
     parts = LayerParts(shapes, max(g.gemm_tokens), pool_tokens, cfg, prefill_cfg, cascade_cfg)
     table: dict = {
@@ -432,6 +556,7 @@ def calibrate_one(
                 "ms": pre,
                 "source": "kernels.paged_prefill (page 16, GQA-grouped, causal bottom-right)",
                 "config": dict(parts.prefill_cfg),
+                "launch_configs": prefill_launch_configs(),
             }
         table["prefill_attn"] = cached["prefill_attn"]
         pre = table["prefill_attn"]["ms"]
@@ -461,11 +586,16 @@ def calibrate_one(
         max_new=g.fidelity_max_new,
         max_chunk_ctx=g.fidelity_max_chunk_ctx,
     )
+    plans += fidelity_plans_extra(
+        fidelity_extra, max_batch=g.decode_batch[-1], max_ctx=g.decode_context[-1]
+    )
     for plan in plans:
         new, ctx, lens = plan["prefill_new"], plan["prefill_ctx"], plan["decode_ctx"]
         tokens = sum(new) + len(lens)
         runs = [parts.gemm(tokens)]
-        if lens:
+        if lens and plan.get("cascade_groups"):
+            runs.append(parts.cascade_decode(lens, plan["cascade_groups"]))
+        elif lens:
             runs.append(parts.decode(lens))
         runs += [parts.prefill(n, c) for n, c in zip(new, ctx, strict=True)]
 
@@ -520,13 +650,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=CALIBRATION_DIR / "h200.json")
     ap.add_argument("--fidelity", type=int, default=0, help="held-out compositions to measure")
     ap.add_argument(
+        "--fidelity-extra",
+        type=int,
+        default=0,
+        help="also this many prefix-hit / cascade compositions (fidelity_plans_extra)",
+    )
+    ap.add_argument(
         "--fidelity-out",
         type=Path,
         default=None,
         help="where to write them (default: <out stem>_fidelity.json)",
     )
     ap.add_argument("--kernel-config", default="{}", help="JSON kwargs for the decode launcher")
-    ap.add_argument("--prefill-config", default="{}", help="JSON paged-prefill config")
+    ap.add_argument("--prefill-config", default="{}", help="JSON paged-prefill plan config")
+    ap.add_argument(
+        "--prefill-launch-configs",
+        default="",
+        help="JSON (or a file of it): per-work-class prefill launch configs to use",
+    )
     ap.add_argument("--cascade-config", default="{}", help="JSON cascade prefix-pass config")
     ap.add_argument(
         "--parts",
@@ -546,6 +687,11 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.bench import GRAPH_FALLBACKS, copy_ceiling_tbps, environment
 
     cfg = json.loads(args.kernel_config)
+    if args.prefill_launch_configs:
+        from kernels.bench_prefill import load_json_arg
+        from kernels.paged_prefill import set_prefill_launch_configs
+
+        set_prefill_launch_configs(load_json_arg(args.prefill_launch_configs))
     env = environment()
     print(f"# {env}", flush=True)
     meta = {
@@ -578,6 +724,7 @@ def main(argv: list[str] | None = None) -> int:
             attn_cache=attn_cache,
             prefill_cfg=json.loads(args.prefill_config),
             cascade_cfg=json.loads(args.cascade_config),
+            fidelity_extra=args.fidelity_extra,
         )
         tables.append(table)
         if records:
@@ -589,7 +736,12 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(merge_tables(old, tables, meta), indent=1) + "\n")
         if fidelity:
             runs = {**old_fid.get("runs", {}), **fidelity}
-            fid_meta = {**env, "prefill": "kernels.paged_prefill", "kernel_config": cfg}
+            fid_meta = {
+                **env,
+                "prefill": "kernels.paged_prefill",
+                "kernel_config": cfg,
+                "prefill_launch_configs": prefill_launch_configs(),
+            }
             fid_path.write_text(json.dumps({**fid_meta, "runs": runs}, indent=1) + "\n")
     print(f"wrote {args.out}" + (f" and {fid_path}" if fidelity else ""))
     return 0

@@ -1,12 +1,61 @@
 #!/usr/bin/env bash
 # Issue 13 device calls (GPU machine, repo root): OUT=dir bash kernels/device_run_prefill.sh MODE
+#   all  : (session 3, one call) GPU kernel tests of prefill/cascade, per-work-class prefill
+#          launch-config sweep + bench (few tokens over 32K included), calibration of
+#          prefill_attn + cascade_prefix_attn with the swept configs plus the fidelity run
+#          (30 base + 12 prefix-hit/cascade compositions per preset), then the decode targets.
+#          Every step has its own time limit inside BUDGET seconds (default 400); the outputs
+#          (<= 8 files) are run.log, bench_prefill_tune.json, bench_prefill.json,
+#          prefill_launch_configs.json, h200.json, h200_fidelity.json, bench_decode.json.
 #   tune : kernel tests on the GPU (no Hypothesis), prefill config sweep, prefill + cascade bench
 #   final: quick GPU correctness subset (stops on failure), short config sweep + bench (SDPA,
 #          Flex, cascade), calibration of prefill_attn + cascade_prefix_attn with the swept
 #          config, NCCL all-reduce on 2 GPUs (when there are 2)
 set -u
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mode=${1:-tune}
+if [ "$mode" = all ]; then
+  t0=$(date +%s)
+  budget=${BUDGET:-400}
+  log="$OUT/run.log"
+  left() { # seconds to give a step: min(wanted, what the budget has left minus a reserve)
+    local want=$1 reserve=${2:-0} rem
+    rem=$((budget - ($(date +%s) - t0) - reserve))
+    [ "$rem" -lt "$want" ] && want=$rem
+    [ "$want" -lt 1 ] && want=1
+    echo "$want"
+  }
+  step() { echo "### $(date -u +%H:%M:%S) +$(($(date +%s) - t0))s $*" | tee -a "$log"; }
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv 2>&1 | tee -a "$log"
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())" 2>&1 | tee -a "$log"
+  git log -1 --format='tree %H %s' 2>/dev/null | tee -a "$log"
+  step "pytest (GPU): prefill, cascade, prefill launcher"
+  timeout "$(left 75 330)" python3 -m pytest -q -x -p no:cacheprovider -k "not random" \
+    tests/kernels/test_paged_prefill.py tests/kernels/test_cascade_decode.py \
+    tests/kernels/test_prefill_launcher_errors.py 2>&1 | tail -n 25 | tee -a "$log"
+  step "bench_prefill --tune-only: per-class launch sweep (best so far saved after each gain)"
+  timeout "$(left 105 225)" python3 -m kernels.bench_prefill --tune-only --tune-budget 80 \
+    --out "$OUT/bench_prefill_tune.json" --launch-configs-out "$OUT/prefill_launch_configs.json" \
+    2>&1 | tee -a "$log"
+  [ -s "$OUT/prefill_launch_configs.json" ] || python3 -c "
+import json; from kernels.paged_prefill import PREFILL_LAUNCH_CONFIGS as c
+open('$OUT/prefill_launch_configs.json', 'w').write(json.dumps(c))"
+  step "bench_prefill with the swept configs (no SDPA: run 2 has it), cascade"
+  timeout "$(left 55 170)" python3 -m kernels.bench_prefill --no-sdpa \
+    --launch-configs "$OUT/prefill_launch_configs.json" --out "$OUT/bench_prefill.json" \
+    2>&1 | tee -a "$log"
+  step "calibrate prefill,cascade + fidelity 30 + 12 extra (launch configs: $(cat "$OUT/prefill_launch_configs.json" | tr -d '\n '))"
+  cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
+  timeout "$(left 150 35)" python3 -m kernels.calibrate --parts prefill,cascade \
+    --prefill-launch-configs "$OUT/prefill_launch_configs.json" --fidelity 30 --fidelity-extra 12 \
+    --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" 2>&1 | tee -a "$log"
+  step "bench decode targets"
+  timeout "$(left 60 0)" python3 -m kernels.bench --targets --out "$OUT/bench_decode.json" \
+    2>&1 | tee -a "$log"
+  step "done"
+  exit 0
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   2>&1 | tee "$OUT/device.log"
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.device_count(), torch.cuda.nccl.version())" | tee -a "$OUT/device.log"

@@ -58,18 +58,131 @@ from kernels.paged_decode import (  # noqa: E402
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
-# Defaults: the H200 choice (kernels/README.md, `python -m kernels.bench --tune-prefill`).
+# Plan knobs (how the work is cut). Launch knobs (tile width, warps, stages, loop variant) come per
+# work class from PREFILL_LAUNCH_CONFIGS, recorded in the plan (kernels/README.md, H200 sweep).
 DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
     "block_m": 128,  # rows of the tl.dot M dimension (query tokens x group heads)
-    "block_n": 128,
-    "num_warps": 8,
-    "num_stages": 3,
     "programs_per_sm": None,  # split keys only while fewer programs than this per SM run;
     # None: 1 for tiles of >= 64 rows (long programs), 2 for smaller tiles (H200 sweep)
     "min_split_tokens": 256,
 }
+# Work classes: "tiles" = the query tiles fill the GPU (chunks of hundreds of tokens and more:
+# compute-bound); "split" = few tiles over long context, keys split across programs + combine;
+# "split_small" = the same with tiles of < 64 rows (1-7 new tokens at GQA 8: decode-like).
+# warp_specialize: tl.range(..., warp_specialize=True) on the unmasked loop (Triton's Hopper
+# warp specialisation); lazy_rescale: rescale acc/l only when a row max grew by > 2^8.
+# split_programs_per_sm (split classes, optional): programs per SM the split count aims at.
+LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale")
+CLASS_KEYS = (*LAUNCH_KEYS, "split_programs_per_sm")
+_BASE_LAUNCH: dict[str, Any] = {
+    "block_n": 128,
+    "num_warps": 8,
+    "num_stages": 3,
+    "warp_specialize": False,
+    "lazy_rescale": False,
+}
+# The H200 sweep of 2026-11-30 09:16 UTC (kernels/README.md; measurements/
+# bench_prefill_s3_tune.json): lazy rescale won "tiles" (8K chunk 2.80 -> 2.75 ms) and "split";
+# warp_specialize changed little (2.7594 -> 2.7509 ms with lazy rescale); 4 warps won
+# "split_small".
+PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
+    "tiles": dict(_BASE_LAUNCH, warp_specialize=True, lazy_rescale=True),
+    "split": dict(_BASE_LAUNCH, lazy_rescale=True),
+    "split_small": dict(_BASE_LAUNCH, num_warps=4),
+}
 _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
 _COMB_COLS = 4  # req, q_start, first_slot, n_splits
+
+
+def set_prefill_launch_configs(table: dict[str, dict[str, Any]]) -> None:
+    """Replace the per-class launch configs (tuning and calibration runs; keys as above)."""
+    for cls, cfg in table.items():
+        if cls not in PREFILL_LAUNCH_CONFIGS:
+            raise ValueError(f"unknown work class {cls!r}: one of {sorted(PREFILL_LAUNCH_CONFIGS)}")
+        bad = set(cfg) - set(CLASS_KEYS)
+        if bad:
+            raise ValueError(f"unknown launch keys {sorted(bad)}: {CLASS_KEYS}")
+        PREFILL_LAUNCH_CONFIGS[cls] = {**PREFILL_LAUNCH_CONFIGS[cls], **cfg}
+
+
+@triton.jit
+def _attend_tile(
+    acc,
+    m_i,
+    l_i,
+    q,
+    k_head_ptr,
+    v_head_ptr,
+    table_ptr,
+    tok0,
+    kv_end,
+    pos,
+    offs_n,
+    offs_d,
+    qk_scale,
+    stride_kp,
+    stride_kt,
+    stride_vp,
+    stride_vt,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    """One key tile [tok0, tok0 + BLOCK_N) (tok0 % BLOCK_N == 0) folded into (acc, m_i, l_i)."""
+    offs_t = tok0 + offs_n
+    mask_t = offs_t < kv_end
+    if BLOCK_N >= PAGE_SIZE:
+        # Whole pages per tile: one table entry per page run, the in-page slot loop-invariant.
+        pidx = tok0 // PAGE_SIZE + offs_n // PAGE_SIZE
+        if MASKED:
+            page = tl.load(table_ptr + pidx, mask=mask_t, other=0).to(tl.int64)
+        else:
+            page = tl.load(table_ptr + pidx).to(tl.int64)
+        slot = offs_n % PAGE_SIZE
+    else:
+        # The tile lies inside one page: one table entry, BLOCK_N contiguous rows.
+        page = tl.load(table_ptr + tok0 // PAGE_SIZE).to(tl.int64)
+        slot = tok0 % PAGE_SIZE + offs_n
+    k_rows = page * stride_kp + slot * stride_kt
+    v_rows = page * stride_vp + slot * stride_vt
+    if MASKED:
+        k = tl.load(k_head_ptr + k_rows[:, None] + offs_d[None, :], mask=mask_t[:, None], other=0.0)
+    else:
+        k = tl.load(k_head_ptr + k_rows[:, None] + offs_d[None, :])
+    s = tl.dot(q, tl.trans(k.to(tl.float32))) if UPCAST_DOT else tl.dot(q, tl.trans(k))
+    if MASKED:
+        visible = mask_t[None, :] & (offs_t[None, :] <= pos[:, None]) if CAUSAL else mask_t[None, :]
+        s = tl.where(visible, s, float("-inf"))
+    # Scale folded into one FMA with the max subtraction (qk_scale > 0 keeps the argmax).
+    m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+    if LAZY_RESCALE:
+        # Keep the stale max unless some row's grew by more than 8 (P <= 2^8: exact enough in
+        # fp32 and bf16); the rescale of acc and l then runs on few tiles.
+        if tl.max(m_new - m_i, axis=0) > 8.0:
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.exp2(s * qk_scale - m_i[:, None])
+        l_i = l_i + tl.sum(p, axis=1)
+    else:
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        m_i = m_new
+    if MASKED:
+        v = tl.load(v_head_ptr + v_rows[:, None] + offs_d[None, :], mask=mask_t[:, None], other=0.0)
+    else:
+        v = tl.load(v_head_ptr + v_rows[:, None] + offs_d[None, :])
+    p = p.to(v.dtype)
+    if UPCAST_DOT:
+        p, v = p.to(tl.float32), v.to(tl.float32)
+    acc = tl.dot(p, v, acc)  # accumulate in the MMA itself
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -112,6 +225,8 @@ def _paged_prefill_kernel(
     CAUSAL: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_P
     pid_w = tl.program_id(0)
@@ -151,58 +266,27 @@ def _paged_prefill_kernel(
     # Keys every row may see (all < the first row's position + 1): no mask but the tile edge.
     free_end = tl.minimum(kv_end, ctx + q_start + 1) if CAUSAL else kv_end
     free_end = kv_start + ((free_end - kv_start) // BLOCK_N) * BLOCK_N
-    for tok0 in range(kv_start, free_end, BLOCK_N):
-        offs_t = tok0 + offs_n
-        page = tl.load(table_ptr + offs_t // PAGE_SIZE).to(tl.int64)
-        slot_t = offs_t % PAGE_SIZE
-        k = tl.load(
-            k_head_ptr + page[:, None] * stride_kp + slot_t[:, None] * stride_kt + offs_d[None, :]
-        )
-        s = tl.dot(q, tl.trans(k.to(tl.float32))) if UPCAST_DOT else tl.dot(q, tl.trans(k))
-        # Scale folded into one FMA with the max subtraction (qk_scale > 0 keeps the argmax).
-        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
-        v = tl.load(
-            v_head_ptr + page[:, None] * stride_vp + slot_t[:, None] * stride_vt + offs_d[None, :]
-        )
-        p = p.to(v.dtype)
-        if UPCAST_DOT:
-            p, v = p.to(tl.float32), v.to(tl.float32)
-        acc = tl.dot(p, v, acc)  # accumulate in the MMA itself
-        m_i = m_new
-
+    if WARP_SPECIALIZE:
+        for tok0 in tl.range(kv_start, free_end, BLOCK_N, warp_specialize=True):
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_ptr, tok0, kv_end, pos,
+                offs_n, offs_d, qk_scale, stride_kp, stride_kt, stride_vp, stride_vt,
+                PAGE_SIZE, BLOCK_N, False, CAUSAL, LAZY_RESCALE, UPCAST_DOT,
+            )  # fmt: skip
+    else:
+        for tok0 in range(kv_start, free_end, BLOCK_N):
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_ptr, tok0, kv_end, pos,
+                offs_n, offs_d, qk_scale, stride_kp, stride_kt, stride_vp, stride_vt,
+                PAGE_SIZE, BLOCK_N, False, CAUSAL, LAZY_RESCALE, UPCAST_DOT,
+            )  # fmt: skip
     # The rest: the range edge and (causal) the diagonal, masked per row.
     for tok0 in range(free_end, kv_end, BLOCK_N):
-        offs_t = tok0 + offs_n
-        mask_t = offs_t < kv_end
-        page = tl.load(table_ptr + offs_t // PAGE_SIZE, mask=mask_t, other=0).to(tl.int64)
-        slot_t = offs_t % PAGE_SIZE
-        k = tl.load(
-            k_head_ptr + page[:, None] * stride_kp + slot_t[:, None] * stride_kt + offs_d[None, :],
-            mask=mask_t[:, None],
-            other=0.0,
-        )
-        s = tl.dot(q, tl.trans(k.to(tl.float32))) if UPCAST_DOT else tl.dot(q, tl.trans(k))
-        visible = mask_t[None, :] & (offs_t[None, :] <= pos[:, None]) if CAUSAL else mask_t[None, :]
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
-        v = tl.load(
-            v_head_ptr + page[:, None] * stride_vp + slot_t[:, None] * stride_vt + offs_d[None, :],
-            mask=mask_t[:, None],
-            other=0.0,
-        )
-        p = p.to(v.dtype)
-        if UPCAST_DOT:
-            p, v = p.to(tl.float32), v.to(tl.float32)
-        acc = tl.dot(p, v, acc)  # accumulate in the MMA itself
-        m_i = m_new
+        acc, m_i, l_i = _attend_tile(
+            acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_ptr, tok0, kv_end, pos,
+            offs_n, offs_d, qk_scale, stride_kp, stride_kt, stride_vp, stride_vt,
+            PAGE_SIZE, BLOCK_N, True, CAUSAL, LAZY_RESCALE, UPCAST_DOT,
+        )  # fmt: skip
 
     # Every row sees >= 1 key of every work item (the plan guarantees it), so l_i > 0.
     acc = acc / l_i[:, None]
@@ -245,10 +329,11 @@ def _prefill_combine_kernel(
     BLOCK_Q: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    BLOCK_R: tl.constexpr,  # rows of the tile per program (BLOCK_Q * GROUP_P is a multiple)
 ):
-    BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_P
     pid = tl.program_id(0)
     kv_head = tl.program_id(1)
+    row0 = tl.program_id(2) * BLOCK_R
     c = comb_ptr + pid * 4
     req = tl.load(c)
     q_start = tl.load(c + 1)
@@ -257,15 +342,15 @@ def _prefill_combine_kernel(
     q_begin = tl.load(cu_q_ptr + req)
     n_new = tl.load(cu_q_ptr + req + 1) - q_begin
 
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m = row0 + tl.arange(0, BLOCK_R)
     offs_d = tl.arange(0, HEAD_DIM)
     tok = q_start + offs_m // GROUP_P
     head = kv_head * GROUP + offs_m % GROUP_P
     row_ok = (tok < n_new) & ((offs_m % GROUP_P) < GROUP)
 
-    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    wsum = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    wsum = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, HEAD_DIM], dtype=tl.float32)
     for s in range(0, n_splits):
         sl = (first + s).to(tl.int64)
         lse = tl.load(
@@ -310,10 +395,20 @@ class PrefillPlan:
     tokens_per_split: int  # 0: no tile was split
     causal: bool
     total_new: int
+    # The launch config of the plan's work class (PREFILL_LAUNCH_CONFIGS), chosen with the plan.
+    work_class: str = "tiles"
+    block_n: int = 128
+    num_warps: int = 8
+    num_stages: int = 3
+    warp_specialize: bool = False
+    lazy_rescale: bool = False
 
     @property
     def block_m(self) -> int:
         return self.block_q * self.group_p
+
+    def launch_config(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in LAUNCH_KEYS}
 
 
 def choose_block_q(max_new: int, group_p: int, block_m: int) -> int:
@@ -321,6 +416,10 @@ def choose_block_q(max_new: int, group_p: int, block_m: int) -> int:
     (at least 16 rows in all, the tl.dot minimum)."""
     rows = min(block_m, max(16, triton.next_power_of_2(max(1, max_new) * group_p)))
     return max(1, rows // group_p)
+
+
+def _split_counts(first: np.ndarray, tps: int) -> np.ndarray:
+    return np.maximum(1, -(-first // tps)) if tps else np.ones_like(first)
 
 
 def plan_prefill(
@@ -332,17 +431,20 @@ def plan_prefill(
     device: torch.device | str = "cpu",
     causal: bool = True,
     block_m: int = DEFAULT_PREFILL_CONFIG["block_m"],
-    block_n: int = DEFAULT_PREFILL_CONFIG["block_n"],
+    block_n: int | None = None,
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
     num_sms: int | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> PrefillPlan:
     """Host-side work list for `paged_prefill_attention` (see the module docstring).
 
     `tokens_per_split` forces the key-split length (tests use it to exercise the combine pass);
     otherwise keys are split only when the query tiles give fewer than `programs_per_sm` programs
-    per SM, into pieces of at least `min_split_tokens`.
+    per SM, into pieces of at least `min_split_tokens`, as few as keep every program in one wave
+    (<= programs_per_sm x SMs programs). The plan records the launch config of its work class
+    ("split" or "tiles", PREFILL_LAUNCH_CONFIGS); `block_n` and `launch` override it.
     """
     q_lens = np.asarray(q_lens, dtype=np.int64)
     seq_lens = np.asarray(seq_lens, dtype=np.int64)
@@ -355,6 +457,8 @@ def plan_prefill(
     group_p = triton.next_power_of_2(group)
     if block_m < group_p or block_m < 16:
         raise ValueError(f"block_m {block_m} must be >= 16 and >= the padded group {group_p}")
+    if launch and set(launch) - set(CLASS_KEYS):
+        raise ValueError(f"unknown launch keys {sorted(set(launch) - set(CLASS_KEYS))}")
     block_q = choose_block_q(int(q_lens.max(initial=0)), group_p, block_m)
 
     reqs, starts, needs, firsts = [], [], [], []
@@ -376,29 +480,59 @@ def plan_prefill(
     need = np.asarray(needs, dtype=np.int64)
     first = np.asarray(firsts, dtype=np.int64)
 
+    target = 0
+    sms, pps = 132, 1
     if tokens_per_split is None:
-        sms = num_sms if num_sms is not None else (132 if str(device) == "cpu" else None)
-        if sms is None:
+        if num_sms is not None:
+            sms = num_sms
+        elif str(device) != "cpu":
             sms = _num_sms(torch.device(device))
-        if programs_per_sm is None:
-            programs_per_sm = 1 if block_q * group_p >= 64 else 2
-        target = max(1, programs_per_sm * sms)
-        tps = 0
-        if 0 < len(reqs) * num_kv_heads < target:
-            work_tokens = int(need.sum()) * num_kv_heads
-            tps = max(min_split_tokens, -(-work_tokens // target))
-            tps = -(-tps // block_n) * block_n
+        pps = (
+            programs_per_sm if programs_per_sm is not None else (2 if block_q * group_p < 64 else 1)
+        )
+        split = 0 < len(reqs) * num_kv_heads < max(1, pps * sms)
     else:
         if tokens_per_split < 1:
             raise ValueError(f"tokens_per_split must be >= 1, got {tokens_per_split}")
-        tps = -(-tokens_per_split // block_n) * block_n
+        split = True
+    work_class = "tiles"
+    if split:
+        work_class = "split" if block_q * group_p >= 64 else "split_small"
+    cfg = {**PREFILL_LAUNCH_CONFIGS[work_class], **(launch or {})}
+    if tokens_per_split is None and split:
+        if programs_per_sm is None:
+            pps = int(cfg.get("split_programs_per_sm") or pps)
+        target = max(1, pps * sms)
+    if block_n is not None:
+        cfg["block_n"] = block_n
+    bn = int(cfg["block_n"])
+    tps = 0
+    if tokens_per_split is not None:
+        tps = -(-tokens_per_split // bn) * bn
+    elif split:
+        work_tokens = int(need.sum()) * num_kv_heads
+        tps = max(min_split_tokens, -(-work_tokens // target))
+        tps = -(-tps // bn) * bn
 
+        # Wave-aware: the shortest splits (in block_n units) that keep all programs in one
+        # wave (a second wave of a few programs would cost as much as the first). Unsplit
+        # tiles fit (that is why keys are split), so the search has an upper end.
+        def fits(units: int) -> bool:
+            return int(_split_counts(first, units * bn).sum()) * num_kv_heads <= target
+
+        lo, hi = tps // bn, max(tps // bn, -(-int(first.max()) // bn))
+        if not fits(lo):
+            while hi - lo > 1:  # fits(hi), not fits(lo)
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+            tps = hi * bn
+
+    n_splits = _split_counts(first, tps)
     work_rows, comb_rows = [], []
     slot = 0
-    for b, qs, nd, fs in zip(reqs_a, starts_a, need, first, strict=True):
-        # Splits cut only [0, fs): the last one starts at or before key fs - 1, which every row
-        # of the tile sees, so no split leaves a row with nothing to attend to.
-        n_split = 1 if tps == 0 else max(1, -(-int(fs) // tps))
+    for b, qs, nd, n_split in zip(reqs_a, starts_a, need, n_splits.tolist(), strict=True):
+        # Splits cut only [0, first): the last one starts at or before key first - 1, which
+        # every row of the tile sees, so no split leaves a row with nothing to attend to.
         if n_split == 1:
             work_rows.append((b, qs, 0, nd, -1))
             continue
@@ -421,6 +555,12 @@ def plan_prefill(
         tokens_per_split=tps,
         causal=causal,
         total_new=int(q_lens.sum()),
+        work_class=work_class,
+        block_n=bn,
+        num_warps=int(cfg["num_warps"]),
+        num_stages=int(cfg["num_stages"]),
+        warp_specialize=bool(cfg["warp_specialize"]),
+        lazy_rescale=bool(cfg["lazy_rescale"]),
     )
 
 
@@ -439,9 +579,11 @@ def paged_prefill_attention(
     plan: PrefillPlan | None = None,
     check_bounds: bool = True,
     block_m: int = DEFAULT_PREFILL_CONFIG["block_m"],
-    block_n: int = DEFAULT_PREFILL_CONFIG["block_n"],
-    num_warps: int = DEFAULT_PREFILL_CONFIG["num_warps"],
-    num_stages: int = DEFAULT_PREFILL_CONFIG["num_stages"],
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    warp_specialize: bool | None = None,
+    lazy_rescale: bool | None = None,
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
@@ -451,7 +593,9 @@ def paged_prefill_attention(
     Shapes are in the module docstring. Raises ValueError on input the kernel cannot handle.
     Without `plan`, the work list is built from host copies of `cu_seqlens_q` and `seq_lens` (a
     device sync); a serving engine builds it once per step with `plan_prefill` and passes it
-    (with check_bounds=False, which skips the validation scans that also sync).
+    (with check_bounds=False, which skips the validation scans that also sync). The launch
+    config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale) is the plan's unless
+    given here.
     """
     check_q_and_cache(q, k_cache, v_cache, "[total_new, num_q_heads, head_dim]")
     total_new, num_q_heads, head_dim = q.shape
@@ -497,6 +641,14 @@ def paged_prefill_attention(
         )
     if check_bounds and batch > 0:
         check_pages_in_pool(block_tables, seq_lens.to(torch.int64), page_size, num_pages)
+    given = dict(
+        block_n=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        warp_specialize=warp_specialize,
+        lazy_rescale=lazy_rescale,
+    )
+    given = {k: v for k, v in given.items() if v is not None}
     if plan is None:
         plan = plan_prefill(
             q_lens,
@@ -506,11 +658,11 @@ def paged_prefill_attention(
             device=q.device,
             causal=causal,
             block_m=block_m,
-            block_n=block_n,
             programs_per_sm=programs_per_sm,
             min_split_tokens=min_split_tokens,
             tokens_per_split=tokens_per_split,
             num_sms=_num_sms(q.device),
+            launch=given,
         )
     else:
         _check(plan.causal == causal, f"plan was built with causal={plan.causal}")
@@ -519,6 +671,13 @@ def paged_prefill_attention(
             plan.group_p == triton.next_power_of_2(group),
             f"plan was built for group {plan.group_p}, not {group}",
         )
+    cfg = {**plan.launch_config(), **given}
+    bn = int(cfg["block_n"])
+    _check(bn >= 16 and bn & (bn - 1) == 0, f"block_n must be a power of two >= 16, got {bn}")
+    _check(
+        plan.tokens_per_split % bn == 0,
+        f"block_n {bn} must divide the plan's split length {plan.tokens_per_split}",
+    )
     if total_new == 0 or plan.work.shape[0] == 0:
         return out
 
@@ -576,16 +735,22 @@ def paged_prefill_attention(
         part_out.stride(1),
         part_lse.stride(0),
         part_lse.stride(1),
-        BLOCK_N=block_n,
+        BLOCK_N=bn,
         PAGE_SIZE=page_size,
         CAUSAL=causal,
         UPCAST_DOT=upcast,
-        num_warps=num_warps,
-        num_stages=num_stages,
+        WARP_SPECIALIZE=bool(cfg["warp_specialize"]),
+        LAZY_RESCALE=bool(cfg["lazy_rescale"]),
+        num_warps=int(cfg["num_warps"]),
+        num_stages=int(cfg["num_stages"]),
         **meta,
     )
     if plan.n_slots:
-        _prefill_combine_kernel[(plan.combine.shape[0], num_kv_heads)](
+        # Rows of a tile spread over programs: a 128-row tile's 8 programs per KV head each
+        # read their 16 rows of every split's partial.
+        block_r = max(1, min(16, plan.block_m // 2))
+        grid_c = (plan.combine.shape[0], num_kv_heads, plan.block_m // block_r)
+        _prefill_combine_kernel[grid_c](
             cu_seqlens_q,
             plan.combine,
             out,
@@ -600,7 +765,8 @@ def paged_prefill_attention(
             part_out.stride(1),
             part_lse.stride(0),
             part_lse.stride(1),
-            num_warps=8 if plan.block_m * head_dim >= 128 * 128 else 4,
+            BLOCK_R=block_r,
+            num_warps=4,
             **meta,
         )
     return out

@@ -8,6 +8,7 @@ from kernels.calibrate import (
     Grids,
     calibrate_one,
     fidelity_plans,
+    fidelity_plans_extra,
     merge_tables,
     parse_targets,
     shard_shapes,
@@ -85,6 +86,23 @@ def test_fidelity_plans_are_seeded_and_in_range():
         assert p["decode_ctx"] or p["prefill_new"]
 
 
+def test_extra_fidelity_plans_are_prefix_hits_and_cascade_groups():
+    plans = fidelity_plans_extra(12)
+    assert plans == fidelity_plans_extra(12)
+    for p in plans[0::2]:
+        assert p["kind"] == "prefix_hit" and not p["cascade_groups"]
+        assert all(1 <= n <= 512 for n in p["prefill_new"]) and p["prefill_new"]
+        assert all(1024 <= c <= 32768 - 512 for c in p["prefill_ctx"])
+    for p in plans[1::2]:
+        assert p["kind"] == "cascade" and p["cascade_groups"]
+        at = 0
+        for size, prefix in p["cascade_groups"]:
+            assert 2 <= size <= 64 and prefix % 16 == 0 and 16 <= prefix <= 8192
+            assert all(c > prefix for c in p["decode_ctx"][at : at + size])
+            at += size
+        assert len(p["decode_ctx"]) <= 256
+
+
 def test_calibrate_one_runs_end_to_end_on_cpu():
     # Tiny shapes and grids: every measured path (GEMMs, LM head, the Triton decode kernel under
     # the interpreter, causal SDPA with cached context, composite fidelity steps) runs once.
@@ -121,13 +139,16 @@ def test_calibrate_one_runs_end_to_end_on_cpu():
         grids=grids,
         prefill_cfg=small,
         cascade_cfg=small,
+        fidelity_extra=2,
     )
     validate_table(table)
     assert table["shapes"]["num_q_heads"] == 4 and table["shapes"]["num_kv_heads"] == 1
     assert len(table["decode_attn"]["ms"]) == 2 and len(table["prefill_attn"]["ms"][0]) == 2
     assert table["table_version"] == 2 and "paged_prefill" in table["prefill_attn"]["source"]
     assert len(table["cascade_prefix_attn"]["ms"]) == 2
-    assert len(records) == 3 and all(r["measured_s"] > 0 for r in records)
+    assert len(records) == 5 and all(r["measured_s"] > 0 for r in records)
+    assert [r.get("kind") for r in records[3:]] == ["prefix_hit", "cascade"]
+    assert records[4]["cascade_groups"]
 
     # Re-measure only the attention parts of a version-1 table: the GEMM tables are kept and
     # the old (SDPA) prefill table moves to prefill_attn_sdpa.

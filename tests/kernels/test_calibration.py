@@ -163,7 +163,13 @@ def test_fidelity_of_the_committed_tables():
     res = evaluate(load_calibration(H200_FILE), fid)
     assert set(res) == {"article-70b:tp2", "llama-3-8b:tp1", "llama-3-70b:tp2"}
     for key, r in res.items():
-        assert r["n"] == 30
-        assert r["median_abs_rel_err"] < 0.05, key
-        assert r["max_abs_rel_err"] < 0.16, key
-    assert res["article-70b:tp2"]["max_abs_rel_err"] < 0.15
+        base = r["by_kind"]["base"]
+        assert base["n"] == 30
+        assert base["median_abs_rel_err"] < 0.05, key
+        assert base["max_abs_rel_err"] < 0.16, key
+        # The held-out prefix-hit and cascade compositions (kernels/README.md: the cascade's
+        # per-group prefix passes overlap the tails on the GPU, priced as a sum they over-predict).
+        for kind in ("prefix_hit", "cascade"):
+            assert r["by_kind"][kind]["n"] == 6, (key, kind)
+            assert r["by_kind"][kind]["median_abs_rel_err"] < 0.10, (key, kind)
+    assert res["article-70b:tp2"]["by_kind"]["base"]["max_abs_rel_err"] < 0.15

@@ -12,7 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels.paged_decode import SUPPORTED_PAGE_SIZES
-from kernels.paged_prefill import paged_prefill_attention, plan_prefill
+from kernels.paged_prefill import (
+    PREFILL_LAUNCH_CONFIGS,
+    paged_prefill_attention,
+    plan_prefill,
+)
 from kernels.reference import make_prefill_batch, paged_prefill_reference, prefill_flops
 
 ON_GPU = torch.cuda.is_available()
@@ -38,6 +42,7 @@ def check(
     seed=0,
     tokens_per_split=None,
     causal=True,
+    sm_scale=None,
     **cfg,
 ):
     g = torch.Generator(device=DEVICE).manual_seed(seed)
@@ -57,12 +62,13 @@ def check(
         lse_out=lse,
         causal=causal,
         tokens_per_split=tokens_per_split,
+        sm_scale=sm_scale,
         **{**CFG, **cfg},
     )
     assert res is out
     assert bool(torch.isfinite(out).all()), "some output element was not written"
     ref, ref_lse = paged_prefill_reference(
-        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, causal=causal
+        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, sm_scale, causal=causal
     )
     err = rel_err(out, ref)
     assert err < TOL, f"rel err {err:.2e}"
@@ -154,6 +160,59 @@ def test_plan_splits_cut_only_keys_every_row_sees():
     # Longest work first.
     lengths = big.work[:, 3] - big.work[:, 2]
     assert bool((lengths[:-1] >= lengths[1:]).all())
+
+
+@pytest.mark.parametrize("sm_scale", [None, 1.5])
+@pytest.mark.parametrize("on", [True, False])
+@pytest.mark.parametrize("variant", ["lazy_rescale", "warp_specialize"])
+def test_loop_variants(variant, on, sm_scale):
+    # lazy_rescale skips the acc/l rescale unless a row max grew by > 2^8; a large sm_scale makes
+    # maxima jump across tiles, so both of its branches run. warp_specialize only changes the
+    # compiled schedule of the unmasked loop (the interpreter runs it as a plain loop).
+    for split in (None, 16):
+        try:
+            check(RAGGED_CTX, RAGGED_NEW, group=4, tokens_per_split=split, sm_scale=sm_scale,
+                  **{variant: on})  # fmt: skip
+        except AssertionError:
+            raise
+        except Exception as exc:  # a Triton whose compiler lacks the variant: not a wrong answer
+            if ON_GPU and variant == "warp_specialize" and on:
+                pytest.skip(f"warp_specialize does not compile here: {type(exc).__name__}")
+            raise
+
+
+@pytest.mark.parametrize("block_n", [16, 32])
+@pytest.mark.parametrize("page_size", [8, 16, 64])
+def test_tiles_within_and_across_pages(block_n, page_size):
+    # block_n < page: one table entry per tile (contiguous rows); >= page: one per page run.
+    check([c * SCALE for c in (0, 33, 70)], [5, 19, 40], page_size=page_size, block_n=block_n)
+
+
+def test_plan_carries_its_class_launch_config():
+    plans = {
+        "tiles": plan_prefill([4096], [4096], 8, 8, num_sms=132),
+        "split": plan_prefill([16], [32768], 8, 8, num_sms=132),
+        "split_small": plan_prefill([1], [32768], 8, 8, num_sms=132),
+    }
+    for cls, plan in plans.items():
+        assert plan.work_class == cls
+        launch = plan.launch_config()
+        assert launch == {k: PREFILL_LAUNCH_CONFIGS[cls][k] for k in launch}
+    forced = plan_prefill([16], [32768], 8, 8, num_sms=132, block_n=64, launch={"num_warps": 4})
+    assert forced.block_n == 64 and forced.num_warps == 4
+    assert forced.tokens_per_split % 64 == 0
+    with pytest.raises(ValueError, match="unknown launch keys"):
+        plan_prefill([16], [100], 1, 8, launch={"bogus": 1})
+
+
+@pytest.mark.parametrize("new", [1, 16, 64])
+def test_split_count_fills_one_wave(new):
+    # Few tokens over 32K: splits are lengthened until every program runs in one wave.
+    plan = plan_prefill([new], [32768 + new], 8, 8, num_sms=132)
+    programs = plan.work.shape[0] * 8
+    per_sm = 1 if plan.block_m >= 64 else 2
+    assert plan.n_slots > 0 and programs <= per_sm * 132
+    assert programs > per_sm * 132 * 0.75, programs  # and still fill most of it
 
 
 def test_block_q_follows_the_longest_chunk():
