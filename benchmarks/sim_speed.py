@@ -4,6 +4,7 @@
     python -m benchmarks.sim_speed              # everything (the 256-node run takes minutes)
     python -m benchmarks.sim_speed --quick      # no 256-node run, one repeat
     python -m benchmarks.sim_speed --exact-steps   # the same with the reference driver
+    python -m benchmarks.sim_speed --quick --large-nodes 32 --large-seconds 150   # iterating
 
 Each timed run is a fresh process (`kvsched run`, or a small script for the 256-node point), so
 its peak RSS is its own; times are wall seconds, medians over repeats. The machine is shared:
@@ -44,6 +45,7 @@ wall, cpu = time.perf_counter() - t, time.process_time() - c
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "completed": summary["completed"], "requests": len(cluster.sequences),
                   "steps": sum(n.num_steps for n in cluster.nodes),
+                  "span_steps": sum(n.num_span_steps for n in cluster.nodes),
                   "events": cluster.env.num_events}))
 """
 
@@ -87,11 +89,13 @@ def events_per_request(exact: bool) -> None:
         cpu = time.process_time() - cpu
         n = len(cluster.sequences)
         steps = sum(x.num_steps for x in cluster.nodes)
+        spans = sum(x.num_span_steps for x in cluster.nodes)
         events = cluster.env.num_events
-        driver = "exact_steps" if flag else "parked steps"
+        driver = "exact_steps" if flag else "default driver"
         print(
-            f"  {driver:>12}: {steps / n:.1f} node steps per request, "
-            f"{events / n:.1f} SimPy events per request, {cpu:.2f} s CPU"
+            f"  {driver:>14}: {steps / n:.1f} node steps per request "
+            f"({spans / max(1, steps):.0%} inside decode spans), "
+            f"{events / n:.1f} SimPy events per request, {cpu:.2f} s CPU (run_arm)"
         )
 
 
@@ -121,8 +125,14 @@ def default_study(extra: list[str], work: Path, report: bool) -> Path:
     return out
 
 
-def large_run(exact: bool) -> None:
-    raw = {**LARGE, "exact_steps": exact}
+def large_run(exact: bool, nodes: int, seconds: float) -> None:
+    raw = {
+        **LARGE,
+        "duration_s": seconds,
+        "cluster": {"num_nodes": nodes},
+        "workload": {"name": "seed", "params": {"num_clients": 25 * nodes}},
+        "exact_steps": exact,
+    }
     out = subprocess.run(
         [sys.executable, "-c", POINT, json.dumps(raw)],
         cwd=ROOT,
@@ -132,11 +142,13 @@ def large_run(exact: bool) -> None:
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     print(
-        f"256 nodes x 25 clients x 600 simulated s, engine arm: {r['wall_s']:.1f} s wall "
+        f"{nodes} nodes x 25 clients x {seconds:g} simulated s, engine arm: {r['wall_s']:.1f} s wall "
         f"({r['cpu_s']:.1f} s CPU), "
         f"peak RSS {r['peak_rss_mb']:.0f} MB, {r['completed']} completed, "
         f"{r['events'] / max(1, r['requests']):.1f} SimPy events per request "
-        f"({r['steps'] / max(1, r['requests']):.1f} steps); goal <= 60 s, <= 2 GB"
+        f"({r['steps'] / max(1, r['requests']):.1f} steps, "
+        f"{r['span_steps'] / max(1, r['steps']):.0%} inside decode spans); "
+        f"{seconds / r['wall_s']:.2f} simulated s per wall s; goal (256 x 600 s) <= 60 s, <= 2 GB"
     )
 
 
@@ -170,17 +182,30 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="no 256-node run, one repeat")
     ap.add_argument("--exact-steps", action="store_true", help="the reference driver")
     ap.add_argument("--no-report", action="store_true", help="skip the report render timing")
+    ap.add_argument("--large-nodes", type=int, default=256, help="nodes of the large run")
+    ap.add_argument("--large-seconds", type=float, default=600.0, help="its simulated seconds")
+    ap.add_argument(
+        "--only",
+        choices=["price", "vidur", "events", "default", "large"],
+        nargs="*",
+        help="run only these parts",
+    )
     args = ap.parse_args()
     extra = ["--exact-steps"] if args.exact_steps else []
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="sim-speed-") as tmp:
         work = Path(tmp)
-        step_pricing()
-        vidur_case(1 if args.quick else 3, extra, work)
-        events_per_request(args.exact_steps)
-        default_study(extra, work, report=not args.no_report)
-        if not args.quick:
-            large_run(args.exact_steps)
+        only = set(args.only or ["price", "vidur", "events", "default", "large"])
+        if "price" in only:
+            step_pricing()
+        if "vidur" in only:
+            vidur_case(1 if args.quick else 3, extra, work)
+        if "events" in only:
+            events_per_request(args.exact_steps)
+        if "default" in only:
+            default_study(extra, work, report=not args.no_report)
+        if "large" in only and (not args.quick or args.only):
+            large_run(args.exact_steps, args.large_nodes, args.large_seconds)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

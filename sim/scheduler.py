@@ -224,6 +224,11 @@ class Scheduler:
         """`apply(step, now)` then `schedule(now)` for a step `can_repeat_decode` accepted: the
         same effects in the same order (the step object is planned again, in place)."""
         kv = self.kv
+        fast = getattr(kv, "repeat_decode", None)
+        if fast is not None:
+            fast([seq for seq, _, _ in step.items], now)
+            self.num_planned += 1
+            return
         kv.end_step(now)
         on_computed = kv.on_computed
         for seq, _, _ in step.items:

@@ -48,7 +48,10 @@ class IndexBase(ABC):
         # Pages of the longest prefix ever indexed through this page: never smaller than a
         # descendant's, so "longer prefix" scores never favour a tail over its own head.
         self.prefix_pages = np.zeros(num_pages, dtype=np.int64)
-        self._paths: dict[int, np.ndarray] = {}  # chain tail -> its ancestors, parent first
+        # chain tail -> (links version, its ancestors, parent first); the path is trusted as is
+        # while no parent link of an indexed page has changed since (the version is the same)
+        self._paths: dict[int, tuple[int, np.ndarray]] = {}
+        self._links_version = 0
 
     def __len__(self) -> int:
         return self.num_indexed
@@ -89,6 +92,7 @@ class IndexBase(ABC):
     def remove_many(self, pages: np.ndarray) -> None:
         """Unindex a set of pages holding every indexed child of its members (vectorised)."""
         self._forget(pages)
+        self._links_version += 1
         parents = self.parent[pages]
         self.indexed[pages] = False
         outer = parents[parents != ROOT]
@@ -117,7 +121,12 @@ class IndexBase(ABC):
     def _link(self, pages: list[int], keys: list[int], parent: int) -> None:
         """Record a chain of new pages under `parent` (pages[i] is the parent of pages[i + 1])."""
         count = len(pages)
+        if count == 1:  # a request indexing its generated tokens: one page at a time
+            self._link_one(pages[0], keys[0], parent)
+            return
         arr = np.array(pages, dtype=np.int64)
+        if self.indexed[arr].any():  # a linked page changes its parent: remembered paths may go
+            self._links_version += 1
         self.page_key[arr] = keys
         self.parent[arr[1:]] = arr[:-1]
         self.parent[arr[0]] = parent
@@ -133,10 +142,32 @@ class IndexBase(ABC):
         path = self._ancestors(parent)  # parent, its parent, ... up to a first page
         low = self.prefix_pages[path] < deepest  # raised until the first already as deep
         self.prefix_pages[path[: path.size if low.all() else int(np.argmin(low))]] = deepest
-        self._paths[pages[-1]] = np.concatenate((arr[-2::-1], path))
+        self._remember(pages[-1], np.concatenate((arr[-2::-1], path)))
+        self.num_indexed += count
+
+    def _link_one(self, page: int, key: int, parent: int) -> None:
+        """`_link` of one page, with scalar writes (the same values)."""
+        if self.indexed[page]:
+            self._links_version += 1
+        self.page_key[page] = key
+        self.parent[page] = parent
+        deepest = 1 if parent == ROOT else int(self.depth[parent]) + 1
+        self.depth[page] = deepest
+        self.indexed[page] = True
+        self.num_children[page] = 0
+        self.prefix_pages[page] = deepest
+        if parent != ROOT:
+            self.num_children[parent] += 1
+        path = self._ancestors(parent)
+        low = self.prefix_pages[path] < deepest
+        self.prefix_pages[path[: path.size if low.all() else int(np.argmin(low))]] = deepest
+        self._remember(page, path)
+        self.num_indexed += 1
+
+    def _remember(self, tail: int, ancestors: np.ndarray) -> None:
+        self._paths[tail] = (self._links_version, ancestors)
         if len(self._paths) > PATH_MEMO_TAILS:
             del self._paths[next(iter(self._paths))]  # the oldest
-        self.num_indexed += count
 
     def _ancestors(self, page: int) -> np.ndarray:
         """int64: `page` and its ancestors by the parent links, up to one whose parent is ROOT
@@ -145,7 +176,10 @@ class IndexBase(ABC):
             return np.zeros(0, dtype=np.int64)
         memo = self._paths.pop(page, None)
         if memo is not None:
-            path = np.concatenate(([page], memo))
+            version, ancestors = memo
+            path = np.concatenate(([page], ancestors))
+            if version == self._links_version:
+                return path  # no link changed since it was remembered
             if (self.parent[path[:-1]] == path[1:]).all() and self.parent[path[-1]] == ROOT:
                 return path
         path_list = []
@@ -156,6 +190,7 @@ class IndexBase(ABC):
 
     def _unlink(self, page: int) -> None:
         assert self.indexed[page]
+        self._links_version += 1
         self.indexed[page] = False
         parent = int(self.parent[page])
         if parent != ROOT and self.indexed[parent]:  # a dragged subtree unlinks its head first

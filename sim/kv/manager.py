@@ -142,6 +142,36 @@ class PagedKV:
                 need += 1
         return need <= self.cache.pool.num_free
 
+    def repeat_decode(self, seqs: list[Sequence], now: float) -> None:
+        """Scheduler.repeat_decode's work, inlined: `end_step(now)`; per request (in order) one
+        more computed token, `on_computed(1)` and one more generated token; then per request
+        `grow(1)` (room_for_next_decode said every grow succeeds). The same operations in the
+        same order; a page boundary takes the general `grow`, a page to index `store_pages`."""
+        self.cache.end_epoch(now)
+        size, cache_outputs = self.page_size, self.cache_outputs
+        for seq in seqs:
+            computed = seq.num_computed + 1
+            seq.num_computed = computed
+            seq.last_read_s = now
+            full = (computed if cache_outputs else min(computed, seq.prompt_tokens)) // size
+            if full > seq.stored_pages:
+                if seq.cacheable:
+                    keys, tokens = self._keys_and_tokens(seq, full)
+                    self.cache.store_pages(seq.pages, keys, tokens, seq.stored_pages, full, now)
+                seq.stored_pages = full
+            seq.num_generated += 1
+        self.live_tokens += len(seqs)
+        held = 0
+        for seq in seqs:
+            want = seq.num_computed + 1
+            if want > len(seq.pages) * size:
+                if not self.grow(seq, 1, now):
+                    raise AssertionError("room_for_next_decode promised room")
+            elif want > seq.kv_tokens:
+                held += want - seq.kv_tokens
+                seq.kv_tokens = want
+        self.held_tokens += held
+
     def decode_span(self, seqs: list[Sequence], limit: int) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch, starting
         with the step in flight, only count: no page indexed, every new page from the free list,
@@ -372,6 +402,13 @@ class ContiguousKV:
     def advance_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
         """`end_step`, `on_computed(1)` and `grow(1)` for each of these times (see PagedKV)."""
         self.live_tokens += len(ends) * len(seqs)
+
+    def repeat_decode(self, seqs: list[Sequence], now: float) -> None:
+        """Scheduler.repeat_decode's work: one more token each (reservations hold them)."""
+        for seq in seqs:
+            seq.num_computed += 1
+            seq.num_generated += 1
+        self.live_tokens += len(seqs)
 
     def on_computed(self, seq: Sequence, num_tokens: int, now: float) -> None:
         self.live_tokens += num_tokens
