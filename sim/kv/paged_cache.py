@@ -141,7 +141,13 @@ class PagedKVCache:
         chunk_keys = keys[first:end].tolist()
         tokens = prompt[first * p : end * p].reshape(end - first, p)
         placed = self.index.insert_chain(chunk, chunk_keys, parent, tokens)
-        if placed:
+        if len(placed) == 1 and len(chunk) == 1:  # one generated page: scalar writes
+            page = chunk[0]
+            self.stats.created_s[page] = now
+            self.stats.last_access_s[page] = now
+            self.stats.hit_count[page] = 1
+            self._emit("stored", chunk_keys)
+        elif placed:
             new = [chunk[i] for i in placed]
             self.stats.created_s[new] = now
             self.stats.last_access_s[new] = now

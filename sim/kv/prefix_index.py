@@ -151,7 +151,10 @@ class TwoLevelIndex(IndexBase):
         end: int,
         parent: int,
     ) -> None:
-        if end > start:
+        if end - start == 1:
+            self._link(pages[start:end], keys[start:end], parent)
+            self.token_table[pages[start]] = tokens[start]
+        elif end > start:
             self._link(pages[start:end], keys[start:end], parent)
             self.token_table[pages[start:end]] = tokens[start:end]
 
