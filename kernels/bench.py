@@ -403,6 +403,40 @@ def decode_targets(rows: list[Row], add, copy_tbps: float, cfg: dict, log) -> No
                 log(f"  sweep {name} {extra}: failed ({type(exc).__name__}: {str(exc)[:80]})")
 
 
+def decode_sweep(configs: list[dict], copy_tbps: float, log) -> list[dict]:
+    """Graph-timed ms of each config on each shape (one set of inputs per shape, reused)."""
+    import torch
+
+    shapes = [
+        *TARGET_SHAPES,
+        ("1x32K", [32768]),
+        ("1x128K", [131072]),
+        ("seed-mix", seed_mix_lengths()),
+    ]
+    out = []
+    for name, lens in shapes:
+        q, kv = make_case(lens, 16)
+        times = []
+        for cfg in configs:
+            try:
+                ms, _, err = time_kernel(q, kv, **cfg)
+            except Exception as exc:  # a config that fails is recorded, not fatal
+                log(f"  sweep {name} {cfg}: failed ({type(exc).__name__}: {str(exc)[:80]})")
+                ms, err = float("nan"), float("nan")
+            times.append(ms)
+            out.append(
+                {"case": name, "config": cfg, "ms": ms, "rel_err": err, "kv_bytes": kv.kv_bytes}
+            )
+        frac = [kv.kv_bytes / (t * 1e-3) / 1e12 / copy_tbps for t in times]
+        log(
+            f"  {name:<9} "
+            + " | ".join(f"{t:.4f} ms {f:.2f}x" for t, f in zip(times, frac, strict=True))
+        )
+        del q, kv
+        torch.cuda.empty_cache()
+    return out
+
+
 def fmt_table(rows: list[Row]) -> str:
     head = (
         f"{'case':<10}{'page':>5} {'variant':<12}{'ms':>9}{'eager':>8}{'KV MB':>9}{'req MB':>9}"
@@ -434,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the decode targets only: every batch >= 16 grid shape vs SDPA, 1 x 128K vs the "
         "copy ceiling, and a split sweep on the shapes that miss",
+    )
+    ap.add_argument(
+        "--decode-sweep",
+        default="",
+        help="JSON list of launcher configs: time each on the decode target shapes, 1 x 32K, "
+        "1 x 128K and the seed mix (cases built once), then stop",
     )
     ap.add_argument("--config", default="{}", help="JSON kwargs for the launcher")
     ap.add_argument(
@@ -509,6 +549,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
+    if args.decode_sweep:
+        result["sweep"] = decode_sweep(json.loads(args.decode_sweep), copy_tbps, log)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+        return 0
     if args.targets:
         decode_targets(rows, add, copy_tbps, cfg, log)
         print(fmt_table(rows))

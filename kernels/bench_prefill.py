@@ -225,8 +225,9 @@ def prefill_row(ctx, new, cfg, copy_tbps, mm_tflops, sdpa=True, flex=False) -> d
 
 def load_json_arg(text: str):
     """A JSON string, or the path of a JSON file."""
-    p = Path(text)
-    return json.loads(p.read_text()) if p.is_file() else json.loads(text)
+    if text.lstrip()[:1] in ("{", "["):
+        return json.loads(text)
+    return json.loads(Path(text).read_text())
 
 
 def _free() -> None:
@@ -448,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune", action="store_true", help="sweep prefill configs first")
     ap.add_argument("--tune-budget", type=float, default=120.0)
     ap.add_argument(
+        "--candidates",
+        default="",
+        help="JSON {class: [config, ...]}: sweep these instead (only these classes); plan knobs "
+        "such as block_m may be given too",
+    )
+    ap.add_argument(
         "--tune-only",
         action="store_true",
         help="sweep, write --launch-configs-out after every improvement and --out, then stop",
@@ -478,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     from kernels.paged_prefill import (
+        CLASS_KEYS,
         DEFAULT_PREFILL_CONFIG,
         PREFILL_LAUNCH_CONFIGS,
         set_prefill_launch_configs,
@@ -485,13 +493,25 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.launch_configs:
         set_prefill_launch_configs(load_json_arg(args.launch_configs))
+    if args.candidates:
+        cands = load_json_arg(args.candidates)
+        for cls in list(TUNE_SHAPES):
+            if cls not in cands:
+                del TUNE_SHAPES[cls]
+        TUNE_CANDIDATES.update(cands)
     if args.tune_only:
         env = environment()
         log(f"# {env}")
 
         def on_best(best: dict) -> None:
             if args.launch_configs_out:
-                table = {k: {**PREFILL_LAUNCH_CONFIGS[k], **v} for k, v in best.items()}
+                table = {
+                    k: {
+                        **PREFILL_LAUNCH_CONFIGS[k],
+                        **{a: b for a, b in v.items() if a in CLASS_KEYS},
+                    }
+                    for k, v in best.items()
+                }
                 args.launch_configs_out.write_text(json.dumps(table, indent=1) + "\n")
 
         best, trials = tune_prefill(log, args.tune_budget, on_best=on_best)

@@ -7,6 +7,7 @@
 #          Every step has its own time limit inside BUDGET seconds (default 400); the outputs
 #          (<= 8 files) are run.log, bench_prefill_tune.json, bench_prefill.json,
 #          prefill_launch_configs.json, h200.json, h200_fidelity.json, bench_decode.json.
+#   probe: (session 3, call 2) decode split-policy sweep + 256-row prefill tile probe
 #   tune : kernel tests on the GPU (no Hypothesis), prefill config sweep, prefill + cascade bench
 #   final: quick GPU correctness subset (stops on failure), short config sweep + bench (SDPA,
 #          Flex, cascade), calibration of prefill_attn + cascade_prefix_attn with the swept
@@ -14,6 +15,27 @@
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mode=${1:-tune}
+if [ "$mode" = probe ]; then
+  # (session 3, call 2) decode split-policy sweep on the target shapes + seed mix, and a
+  # 256-row tile probe of the prefill "tiles" class against the current default.
+  log="$OUT/run.log"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+    --format=csv 2>&1 | tee -a "$log"
+  echo "### $(date -u +%H:%M:%S) decode split sweep" | tee -a "$log"
+  timeout "${DECODE_S:-70}" python3 -m kernels.bench --out "$OUT/bench_decode_sweep.json" \
+    --decode-sweep '[{}, {"programs_per_sm": 4}, {"programs_per_sm": 4, "cap_to_mean": true},
+      {"programs_per_sm": 8, "cap_to_mean": true}]' 2>&1 | tee -a "$log"
+  echo "### $(date -u +%H:%M:%S) prefill tiles probe" | tee -a "$log"
+  timeout "${PROBE_S:-60}" python3 -m kernels.bench_prefill --tune-only --tune-budget 45 \
+    --out "$OUT/bench_prefill_probe.json" --candidates '{"tiles": [
+      {"block_n": 128, "num_warps": 8, "num_stages": 3, "warp_specialize": true, "lazy_rescale": true},
+      {"block_m": 256, "block_n": 64, "num_warps": 16, "num_stages": 2, "lazy_rescale": true},
+      {"block_m": 256, "block_n": 128, "num_warps": 16, "num_stages": 2, "lazy_rescale": true},
+      {"block_m": 256, "block_n": 64, "num_warps": 8, "num_stages": 2, "lazy_rescale": true}]}' \
+    2>&1 | tee -a "$log"
+  echo "### $(date -u +%H:%M:%S) done" | tee -a "$log"
+  exit 0
+fi
 if [ "$mode" = all ]; then
   t0=$(date +%s)
   budget=${BUDGET:-400}

@@ -52,6 +52,12 @@ _LOG2E = 1.4426950408889634
 DEFAULT_PROGRAMS_PER_SM = 16
 MIN_SPLIT_TOKENS = 512
 MAX_SPLITS = 256
+# Cap the split length at the batch's mean length (for ragged batches: no sequence's split is
+# longer than an average sequence); off: the defaults are what decode_attn in
+# calibration/h200.json was measured with. H200 sweep of 2026-11-30 (kernels/README.md): 4
+# programs per SM + this cap reach 1 x 128K 0.85 of copy (defaults 0.71) and 64 x 2K 0.1400 ms
+# (0.1602) but cost the ragged seed mix 4.5% (0.779 vs 0.745 ms).
+CAP_TO_MEAN = False
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
     "block_n": 64,
@@ -59,6 +65,7 @@ DEFAULT_CONFIG = {
     "num_stages": 4,
     "programs_per_sm": DEFAULT_PROGRAMS_PER_SM,
     "min_split_tokens": MIN_SPLIT_TOKENS,
+    "cap_to_mean": CAP_TO_MEAN,
 }
 
 
@@ -297,15 +304,21 @@ def choose_split(
     block_n: int,
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
     min_split_tokens: int = MIN_SPLIT_TOKENS,
+    cap_to_mean: bool = CAP_TO_MEAN,
+    batch: int = 0,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
 
     The work (tokens x programs per sequence) is shared so that about `programs_per_sm` programs
     per SM run; the longest sequence is cut into as many splits as that needs. Balancing by total
     work, not by batch size, keeps one 32K request in a batch of short ones from being the tail.
+    With `cap_to_mean` (and the `batch` size) a split is also no longer than the batch's mean
+    sequence (for a uniform batch that changes nothing).
     """
     target = max(1, programs_per_sm * num_sms)
     tokens = -(-total_tokens * programs_per_seq // target)
+    if cap_to_mean and batch > 0:
+        tokens = min(tokens, -(-total_tokens // batch))
     tokens = max(tokens, min_split_tokens, -(-max_seq_len // MAX_SPLITS))
     tokens = -(-tokens // block_n) * block_n
     if tokens >= max_seq_len:
@@ -425,6 +438,7 @@ def paged_decode_attention(
     num_stages: int = DEFAULT_CONFIG["num_stages"],
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
     min_split_tokens: int = MIN_SPLIT_TOKENS,
+    cap_to_mean: bool = CAP_TO_MEAN,
 ) -> torch.Tensor:
     """Decode attention of one new token per sequence against its paged KV cache.
 
@@ -488,6 +502,8 @@ def paged_decode_attention(
             block_n,
             programs_per_sm,
             min_split_tokens,
+            cap_to_mean,
+            batch,
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")

@@ -165,3 +165,9 @@ def test_choose_split_policy():
     # Never below min_split_tokens: a short sequence stays whole.
     assert choose_split(300, 300, 1, 132, 64) == (1, 300)
     assert choose_split(300, 300, 1, 132, 64, min_split_tokens=128) == (3, 128)
+    # cap_to_mean: a ragged batch's splits are no longer than its mean sequence; a uniform
+    # batch's are unchanged.
+    assert choose_split(731179, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=100) == (5, 7360)
+    assert choose_split(731179, 32768, 8, 132, 64, 4) == (3, 11136)
+    assert choose_split(16 * 32768, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=16) == (5, 8000)
+    assert choose_split(131072, 131072, 8, 132, 64, batch=1) == (256, 512)
