@@ -78,8 +78,9 @@ class IndexBase(ABC):
 
     def closed_under_children(self, pages: np.ndarray) -> bool:
         """Are all indexed children of these (distinct, indexed) pages among them?"""
-        parents = self.parent[pages]
-        inside = np.bincount(parents[parents != ROOT], minlength=self.indexed.shape[0])[pages]
+        # Children among them, counted per page by a sorted search (no pool-sized count array).
+        parents = np.sort(self.parent[pages])
+        inside = np.searchsorted(parents, pages, "right") - np.searchsorted(parents, pages)
         return bool((inside == self.num_children[pages]).all())
 
     def remove(self, page: int) -> np.ndarray:
