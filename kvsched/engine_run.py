@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         runner.step_forward = forward
         if rank > 0:  # followers: every serving step comes from rank 0
             runner.follow()
-            dist.destroy_process_group()
+            _exit_tp()
             return
     print(
         f"tp {tp}, graphs {args.graphs}, setup {time.perf_counter() - t0:.1f}s: "
@@ -187,10 +188,22 @@ def main(argv: list[str] | None = None) -> None:
             f"at {datetime.now(UTC).isoformat(timespec='seconds')}",
             flush=True,
         )
+    print(json.dumps({"total_s": round(time.perf_counter() - t0, 1)}), flush=True)
     if runner:
         runner.stop()
-        dist.destroy_process_group()
-    print(json.dumps({"total_s": round(time.perf_counter() - t0, 1)}))
+        _exit_tp()
+
+
+def _exit_tp() -> None:
+    """End a TP process once its outputs are written. On two H200s, tearing the NCCL group
+    down after CUDA graphs had captured its collectives hung every rank (both TP 2 calls of
+    2026-11-30 served their runs, then never exited), so the process leaves without it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        os._exit(0)
+    dist.destroy_process_group()  # gloo on CPU (tests) tears down cleanly
 
 
 if __name__ == "__main__":

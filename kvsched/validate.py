@@ -149,31 +149,88 @@ def _row_composition(row) -> tuple[int, int, int]:
 
 
 # -- the step price ----------------------------------------------------------------------------
+def measured_step_s(steps: pd.DataFrame) -> np.ndarray:
+    """What a step cost the engine's loop: its measured duration plus the scheduler's CPU time
+    for it (`sched_s`: `schedule` before, `apply` after), which a synchronous engine spends
+    between steps while the GPU waits. The simulator's step price is the time from one step's
+    start to the next's, so it must cover both."""
+    measured = steps.duration_s.to_numpy(dtype=np.float64)
+    if "sched_s" in steps.columns:
+        measured = measured + steps.sched_s.to_numpy(dtype=np.float64)
+    return measured
+
+
 def step_errors(run: EngineRun, latency: LatencyModel) -> pd.DataFrame:
-    """Predicted vs measured duration of every measured step."""
+    """Predicted vs measured cost (`measured_step_s`) of every measured step."""
     rows = run.steps.to_dict("records")
     predicted = np.array([latency.step_time_s(step_plan(r)) for r in rows])
-    measured = run.steps.duration_s.to_numpy(dtype=np.float64)
+    measured = measured_step_s(run.steps)
     has_prefill = run.steps.num_prefill.to_numpy() > 0
     return pd.DataFrame({"measured_s": measured, "predicted_s": predicted, "prefill": has_prefill})
 
 
-OVERHEAD_TERMS = ("step_overhead_s", "prefill_step_overhead_s", "token_overhead_s")
+OVERHEAD_TERMS = (
+    "step_overhead_s",
+    "prefill_step_overhead_s",
+    "token_overhead_s",
+    "decode_overhead_s",
+    "mixed_step_floor_s",
+    "eager_step_floor_s",
+)
+FLOOR_GRID_S = np.arange(0.0, 0.04, 2e-4)  # candidate mixed-step floors: 0-40 ms by 0.2 ms
+TOKEN_GRID_S = np.arange(0.0, 10e-6, 1e-7)  # candidate costs per prefill token: 0-10 us
 
 
 def measured_overheads(run: EngineRun) -> dict[str, float]:
-    """What the priced kernels leave out, measured on the run: measured minus the kernels-only
-    price of every step, fitted (least absolute deviations would be sturdier; least squares on
-    thousands of steps is close) as a fixed cost per step, an extra for a step with a prefill
-    chunk, and a cost per token of the step. Terms are clipped at 0."""
+    """What the priced kernels leave out, measured on the run (the terms of
+    sim.latency.base.StepOverhead): each step's measured cost minus its kernels-only price.
+
+    Decode-only steps give the fixed cost per step: the median of their residual (robust to the
+    slow tail; a per-decode term was tried and did not carry from one workload to another:
+    decodes that share pages read them from L2, so the residual per decode depends on sharing,
+    which a count cannot see). Steps with a prefill chunk, less that, give the cost per prefill
+    token and the two floors under their device time (graphed steps of at most
+    `gpu.mixed_graph_max_tokens` tokens, whose attention the host issues layer by layer; larger
+    steps, launched whole): the triple on a grid with the least absolute error. Terms that
+    stay 0: the additive prefill extra and the per-decode cost."""
     gpu = run.cfg.gpu.model_copy(update=dict.fromkeys(OVERHEAD_TERMS, 0.0))
     kernels_only = make_latency_model(run.cfg.model, gpu, run.cfg.node.tp)
     steps = step_errors(run, kernels_only)
+    decodes = run.steps.num_decode.to_numpy(dtype=np.float64)
+    prefill_tokens = run.steps.prefill_tokens.to_numpy(dtype=np.float64)
+    prefill = steps.prefill.to_numpy()
     residual = (steps.measured_s - steps.predicted_s).to_numpy()
-    tokens = (run.steps.prefill_tokens + run.steps.num_decode).to_numpy(dtype=np.float64)
-    design = np.column_stack([np.ones_like(tokens), steps.prefill.to_numpy(float), tokens])
-    coef = np.linalg.lstsq(design, residual, rcond=None)[0]
-    return {name: max(0.0, float(c)) for name, c in zip(OVERHEAD_TERMS, coef, strict=True)}
+    overhead = max(0.0, float(np.median(residual[~prefill]))) if (~prefill).any() else 0.0
+    per_token, floors = 0.0, [0.0, 0.0]
+    if prefill.any():
+        graphed = (prefill_tokens + decodes <= gpu.mixed_graph_max_tokens)[prefill]
+        target = steps.measured_s.to_numpy()[prefill] - overhead
+        device = (
+            steps.predicted_s.to_numpy()[prefill][None, :]
+            + TOKEN_GRID_S[:, None] * prefill_tokens[prefill][None, :]
+        )
+        errors = np.zeros((2, TOKEN_GRID_S.size, FLOOR_GRID_S.size))
+        for j, f in enumerate(FLOOR_GRID_S):
+            err = np.abs(np.maximum(device, f) - target)
+            errors[0, :, j] = err[:, graphed].sum(axis=1)
+            errors[1, :, j] = err[:, ~graphed].sum(axis=1)
+        best = errors.min(axis=2)  # [subset, token grid]: each subset's best floor
+        i = int(np.argmin(best.sum(axis=0)))
+        per_token = float(TOKEN_GRID_S[i])
+        floors = [
+            float(FLOOR_GRID_S[int(np.argmin(errors[k, i]))])
+            if (graphed == (k == 0)).any()
+            else 0.0
+            for k in (0, 1)
+        ]
+    return {
+        "step_overhead_s": overhead,
+        "prefill_step_overhead_s": 0.0,
+        "token_overhead_s": per_token,
+        "decode_overhead_s": 0.0,
+        "mixed_step_floor_s": floors[0],
+        "eager_step_floor_s": floors[1],
+    }
 
 
 def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> EngineRun:
@@ -302,8 +359,9 @@ def summary_lines(result: dict) -> list[str]:
     lines.append(f"  throughput: {pct(result['throughput_abs_err'])}")
     lines.append(
         f"  overheads measured here: {result['measured_step_overhead_s'] * 1e3:.2f} ms/step, "
-        f"+{result['measured_prefill_step_overhead_s'] * 1e3:.2f} ms with a prefill chunk, "
-        f"{result['measured_token_overhead_s'] * 1e6:.2f} us/token"
+        f"{result['measured_token_overhead_s'] * 1e6:.2f} us/prefill token, "
+        f"{result['measured_mixed_step_floor_s'] * 1e3:.1f} ms graphed / "
+        f"{result['measured_eager_step_floor_s'] * 1e3:.1f} ms eager mixed-step floor"
     )
     lines.append(
         f"  cached tokens mismatched: {result['cached_tokens_mismatch']} (replay), "

@@ -95,13 +95,20 @@ class GpuConfig(Strict):
     # Extra cost of a step that carries a prefill chunk (an engine that replays CUDA graphs for
     # decode-only steps runs those eagerly). `kvsched validate` measures both on an engine run.
     prefill_step_overhead_s: float = Field(default=0.0, ge=0)
-    # Per token of the step (norms, rotary, activations, sampling: elementwise work the GEMM and
+    # Per prefill token of the step (norms, rotary, activations: elementwise work the GEMM and
     # attention tables leave out), seconds per token.
     token_overhead_s: float = Field(default=0.0, ge=0)
+    # Per decoding sequence of the step (its token's elementwise work and the engine's host
+    # work per sequence: gathering its ids and block table), seconds per sequence.
+    decode_overhead_s: float = Field(default=0.0, ge=0)
     # The least a step with a prefill chunk takes (before step_overhead_s): an engine that
     # launches such a step's attention from the host layer by layer cannot finish it faster
     # than it issues it, so small mixed steps are host-bound at about this time.
     mixed_step_floor_s: float = Field(default=0.0, ge=0)
+    # Above this many tokens a mixed step is launched whole from the host (no graphs): its own
+    # floor, usually higher (every kernel of every layer, not only attention, is a launch).
+    mixed_graph_max_tokens: int = Field(default=512, ge=0)
+    eager_step_floor_s: float = Field(default=0.0, ge=0)
     step_overhead_source: str = "not measured"
 
 

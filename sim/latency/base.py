@@ -54,14 +54,18 @@ class LatencyModel(Protocol):
 class StepOverhead:
     """A latency model plus what its priced kernels leave out, each term measured on an engine
     run (`kvsched validate`): a fixed cost per step (host work around the GPU: metadata, the
-    sync, sampling, the scheduler's CPU time), `gpu.step_overhead_s`; a cost per token of the
-    step (elementwise work: norms, rotary, activations), `gpu.token_overhead_s`; an extra for a
-    step that carries a prefill chunk, `gpu.prefill_step_overhead_s`; and a floor under such a
-    step's device time, `gpu.mixed_step_floor_s` (an engine that launches attention from the
-    host layer by layer is host-bound on small mixed steps: it cannot finish a step faster than
-    it issues it, and above the floor the launches hide behind the GPU work).
+    sync, sampling, the scheduler's CPU time), `gpu.step_overhead_s`; a cost per prefill token
+    (elementwise work: norms, rotary, activations), `gpu.token_overhead_s`; a cost per decoding
+    sequence (its token's elementwise work and the host's per-sequence work),
+    `gpu.decode_overhead_s`; an extra for a step that carries a prefill chunk,
+    `gpu.prefill_step_overhead_s`; and a floor under such a step's device time,
+    `gpu.mixed_step_floor_s` (an engine that launches attention from the host layer by layer is
+    host-bound on small mixed steps: it cannot finish a step faster than it issues it, and above
+    the floor the launches hide behind the GPU work), or `gpu.eager_step_floor_s` for a step of
+    more than `gpu.mixed_graph_max_tokens` tokens (launched whole from the host: every kernel
+    of every layer is a launch).
 
-        device = inner + per_token * tokens
+        device = inner + per_token * prefill_tokens + per_decode * decodes
         step   = (max(device, floor) + prefill_extra if prefill else device) + overhead
     """
 
@@ -72,34 +76,44 @@ class StepOverhead:
         prefill_extra_s: float = 0.0,
         per_token_s: float = 0.0,
         mixed_floor_s: float = 0.0,
+        per_decode_s: float = 0.0,
+        eager_floor_s: float = 0.0,
+        graph_max_tokens: int = 0,
     ):
         self.inner, self.overhead_s = inner, overhead_s
         self.prefill_extra_s, self.per_token_s = prefill_extra_s, per_token_s
-        self.mixed_floor_s = mixed_floor_s
+        self.mixed_floor_s, self.per_decode_s = mixed_floor_s, per_decode_s
+        self.eager_floor_s, self.graph_max_tokens = eager_floor_s, graph_max_tokens
         self.name = (
             f"{inner.name}+overhead({overhead_s * 1e3:.3g} ms/step, "
             f"{prefill_extra_s * 1e3:.3g} ms/prefill step, {per_token_s * 1e6:.3g} us/token"
+            + (f", {per_decode_s * 1e6:.3g} us/decode" if per_decode_s else "")
             + (f", {mixed_floor_s * 1e3:.3g} ms mixed-step floor" if mixed_floor_s else "")
+            + (f", {eager_floor_s * 1e3:.3g} ms eager-step floor" if eager_floor_s else "")
             + ")"
         )
 
-    def _with_terms(self, inner_s: float, has_prefill: bool, tokens: int) -> float:
-        device = inner_s + self.per_token_s * tokens
-        if has_prefill:
-            device = max(device, self.mixed_floor_s) + self.prefill_extra_s
+    def _with_terms(self, inner_s: float, prefill_tokens: int, num_decode: int) -> float:
+        device = inner_s + self.per_token_s * prefill_tokens + self.per_decode_s * num_decode
+        if prefill_tokens:
+            graphed = prefill_tokens + num_decode <= self.graph_max_tokens
+            floor = self.mixed_floor_s if graphed else self.eager_floor_s
+            device = max(device, floor) + self.prefill_extra_s
         return device + self.overhead_s
 
     def step_time_s(self, plan: StepPlan) -> float:
-        has_prefill = bool(plan.prefill_new.size)
-        return self._with_terms(self.inner.step_time_s(plan), has_prefill, plan.num_tokens)
+        prefill_tokens = int(plan.prefill_new.sum())
+        num_decode = int(plan.decode_ctx.shape[0])
+        return self._with_terms(self.inner.step_time_s(plan), prefill_tokens, num_decode)
 
     def shape_time_s(self, shape: StepShape) -> float:
-        tokens = sum(shape.prefill_new) + shape.num_decode
-        return self._with_terms(self.inner.shape_time_s(shape), bool(shape.prefill_new), tokens)
+        inner = self.inner.shape_time_s(shape)
+        return self._with_terms(inner, sum(shape.prefill_new), shape.num_decode)
 
     def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
         return self.inner.cascade_prefix_s(group_size, prefix_tokens)
 
     def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
-        device = self.inner.decode_steps_s(num_decode, ctx_sums) + self.per_token_s * num_decode
+        inner = self.inner.decode_steps_s(num_decode, ctx_sums)
+        device = inner + self.per_token_s * 0 + self.per_decode_s * num_decode
         return device + self.overhead_s

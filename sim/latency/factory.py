@@ -23,5 +23,9 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
         gpu.prefill_step_overhead_s,
         gpu.token_overhead_s,
         gpu.mixed_step_floor_s,
+        gpu.decode_overhead_s,
+        gpu.eager_step_floor_s,
     )
-    return StepOverhead(priced, *terms) if any(terms) else priced
+    if not any(terms):
+        return priced
+    return StepOverhead(priced, *terms, graph_max_tokens=gpu.mixed_graph_max_tokens)

@@ -1,0 +1,51 @@
+"""Print the README's fidelity tables from the committed validation files.
+
+    python engine/runs/fidelity_table.py
+
+One row per engine run: validation.json (kernels only: the step price as calibrated) and
+validation_heldout.json (plus the overhead terms measured on the probe run of the same model
+and TP). Numbers are the files' own; nothing is recomputed here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RUNS = Path(__file__).resolve().parent
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def row(name: str, r: dict) -> str:
+    return (
+        f"| {name} | {r['replayed_steps']} | {r['cached_tokens_mismatch']} / "
+        f"{r['step_composition_mismatch']} | {_pct(r['step_time_median_abs_err'])} / "
+        f"{_pct(r['step_time_p90_abs_err'])} | {_pct(r['ttft_median_abs_err'])} / "
+        f"{_pct(r['ttft_p90_abs_err'])} | {_pct(r['tpot_median_abs_err'])} / "
+        f"{_pct(r['tpot_p90_abs_err'])} | {_pct(r['e2e_median_abs_err'])} | "
+        f"{_pct(r['throughput_abs_err'])} |"
+    )
+
+
+HEADER = (
+    "| run | steps | replay: cached-token / step mismatches | step time med / p90 | "
+    "TTFT med / p90 | TPOT med / p90 | E2E med | throughput |\n"
+    "|---|---:|---|---|---|---|---:|---:|"
+)
+
+
+def main() -> None:
+    for kind, label in (
+        ("validation.json", "kernels only"),
+        ("validation_heldout.json", "held out"),
+    ):
+        print(f"\n{label} ({kind}):\n{HEADER}")
+        for path in sorted(RUNS.glob(f"*/{kind}")):
+            print(row(path.parent.name, json.loads(path.read_text())))
+
+
+if __name__ == "__main__":
+    main()
