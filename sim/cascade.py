@@ -18,9 +18,35 @@ from sim.executor import ModelledExecutor, RemoteTransfer
 from sim.latency.base import LatencyModel
 from sim.scheduler import BatchItem, Step
 
+# (id of the group's first block table, id of another) -> where they last differed
+CommonPrefixMemo = dict[tuple[int, int], int]
+MEMO_ENTRIES = 4096
 
-def shared_prefix_groups(items: list[BatchItem], page_size: int) -> list[tuple[int, int]]:
-    """(group size, shared tokens) of every group of >= 2 decodes sharing leading pages."""
+
+def common_prefix(a: list[int], b: list[int], limit: int, memo: CommonPrefixMemo | None) -> int:
+    """The first position below `limit` where the block tables differ, else `limit`. Tables only
+    grow at the end between steps, so the position found last step usually holds: it is checked
+    with two list comparisons (exact: equal before it, different at it) before any scan."""
+    key = (id(a), id(b))
+    if memo is not None:
+        i = memo.get(key)
+        if i is not None and i < limit and a[i] != b[i] and a[:i] == b[:i]:
+            return i
+    if a[:limit] == b[:limit]:
+        return limit
+    i = next(j for j in range(limit) if a[j] != b[j])
+    if memo is not None:
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        memo[key] = i
+    return i
+
+
+def shared_prefix_groups(
+    items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None = None
+) -> list[tuple[int, int]]:
+    """(group size, shared tokens) of every group of >= 2 decodes sharing leading pages (`memo`:
+    kept from step to step by the caller, it only saves time)."""
     by_first: dict[int, list[list[int]]] = {}
     for seq, _, is_prefill in items:
         if not is_prefill and seq.pages:
@@ -32,7 +58,7 @@ def shared_prefix_groups(items: list[BatchItem], page_size: int) -> list[tuple[i
         shared = min(len(t) for t in tables)
         first = tables[0]
         for t in tables[1:]:
-            shared = next((i for i in range(shared) if t[i] != first[i]), shared)
+            shared = common_prefix(first, t, shared, memo)
         # Full pages only: the last page of a sequence is still being written.
         shared = min(shared, min(len(t) for t in tables) - 1)
         if shared > 0:
@@ -50,6 +76,7 @@ class CascadeExecutor(ModelledExecutor):
     def __init__(self, latency: LatencyModel, transfer: RemoteTransfer | None, page_size: int):
         super().__init__(latency, transfer)
         self.page_size = page_size
+        self._common: CommonPrefixMemo = {}
 
     def prices_decode_by_sum(self) -> bool:
         return False  # shared-prefix groups come from the block tables
@@ -59,7 +86,7 @@ class CascadeExecutor(ModelledExecutor):
         return self.run_step(node_id, step, now)
 
     def compute_s(self, step: Step) -> float:
-        groups = shared_prefix_groups(step.items, self.page_size)
+        groups = shared_prefix_groups(step.items, self.page_size, self._common)
         shape = step.shape()
         plain_s = self.latency.shape_time_s(shape)
         if not groups:
