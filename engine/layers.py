@@ -12,32 +12,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """[tokens, hidden] -> [tokens, hidden], same dtype."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (xf * weight.float()).to(x.dtype)
-
-
-def rope_cos_sin(
-    positions: torch.Tensor, head_dim: int, theta: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 cos and sin, [tokens, head_dim // 2] each, for absolute positions [tokens]."""
-    inv_freq = theta ** (
-        -torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
-    )
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate [tokens, heads, head_dim] by position (halves convention, as Llama's HF port)."""
-    half = x.shape[-1] // 2
-    xf = x.float()
-    x1, x2 = xf[..., :half], xf[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+# The definitions (plain torch, float32 norms and rotary), shared with kernels/fused.py's checks.
+from kernels.reference import apply_rope, rms_norm, rope_cos_sin
 
 
 def swiglu_mlp(h: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
@@ -144,3 +120,16 @@ def swiglu_mlp_fused(
 ) -> torch.Tensor:
     """swiglu_mlp with the silu * up step in one kernel."""
     return F.linear(silu_mul(F.linear(h, w_gate_up)), w_down)
+
+
+__all__ = [
+    "add_rms_norm",
+    "apply_rope",
+    "rms_norm",
+    "rms_norm_fused",
+    "rope_cos_sin",
+    "rope_write_kv",
+    "silu_mul",
+    "swiglu_mlp",
+    "swiglu_mlp_fused",
+]

@@ -56,6 +56,10 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra import libdevice  # noqa: E402
 
+from kernels.reference import apply_rope as torch_apply_rope  # noqa: E402
+from kernels.reference import rms_norm as torch_rms_norm  # noqa: E402
+from kernels.reference import rope_cos_sin as torch_rope_cos_sin  # noqa: E402
+
 SUPPORTED_DTYPES = (torch.bfloat16,)
 MAX_HIDDEN = 16384
 # Never contract a float32 multiply and add into an FMA: torch rounds each op separately.
@@ -494,32 +498,8 @@ def silu_mul(gate_up: torch.Tensor, out: torch.Tensor | None = None) -> torch.Te
 
 
 # --------------------------------------------------------------------------------------------
-# The torch formulas (copies of engine/layers.py's: kernels/ imports nothing of ours) and a bench
+# The torch formulas (kernels/reference.py) and a bench
 # --------------------------------------------------------------------------------------------
-
-
-def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (xf * weight.float()).to(x.dtype)
-
-
-def torch_rope_cos_sin(
-    positions: torch.Tensor, head_dim: int, theta: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = theta ** (
-        -torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
-    )
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    return angles.cos(), angles.sin()
-
-
-def torch_apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    xf = x.float()
-    x1, x2 = xf[..., :half], xf[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
 
 
 def bf16_ulp_diff(a: torch.Tensor, b: torch.Tensor) -> int:

@@ -219,3 +219,35 @@ def make_shared_prefix_kv(
             b += 1
     lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
     return PagedKV(k, v, tables, lens)
+
+
+# -- the Llama layer's per-token formulas: the definitions kernels/fused.py matches and the
+# engine (engine/layers.py) and its plain-torch reference use. Norms and rotary run in float32
+# and round to the activation dtype, as the usual Llama implementations do.
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """[tokens, hidden] -> [tokens, hidden], same dtype."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * weight.float()).to(x.dtype)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 cos and sin, [tokens, head_dim // 2] each, for absolute positions [tokens]."""
+    inv_freq = theta ** (
+        -torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
+    )
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate [tokens, heads, head_dim] by position (halves convention, as Llama's HF port)."""
+    half = x.shape[-1] // 2
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)

@@ -31,20 +31,25 @@ def cmd_engine_run(args) -> int:
     return 0
 
 
+def add_graphs_option(parser) -> None:
+    """`--graphs [none|decode|all]`, shared by `kvsched engine run` and `kvsched.engine_run`."""
+    parser.add_argument(
+        "--graphs",
+        choices=["none", "decode", "all"],
+        default="none",
+        const="all",
+        nargs="?",
+        help="CUDA graphs: none, decode-only steps, or all (decode-only steps whole, other "
+        "steps up to 512 tokens piecewise around attention); --graphs alone means all",
+    )
+
+
 def register(sub) -> None:
     engine = sub.add_parser("engine", help="serve on the GPU engine (same scheduler and cache)")
     verbs = engine.add_subparsers(dest="engine_command", required=True)
     run = verbs.add_parser("run", help="serve a config's workload with real GPU steps")
     run.add_argument("--config", required=True, help="YAML or JSON experiment config (one node)")
     run.add_argument("--out", required=True, help="run directory: <dir>/<config stem>")
-    run.add_argument(
-        "--graphs",
-        choices=["none", "decode", "all"],
-        default="none",
-        const="all",
-        nargs="?",
-        help="CUDA graphs: none, decode-only steps, or all (mixed steps piecewise); "
-        "--graphs alone means all",
-    )
+    add_graphs_option(run)
     run.add_argument("--no-warmup", action="store_true", help="skip the warm-up (CPU smoke runs)")
     run.set_defaults(func=cmd_engine_run)

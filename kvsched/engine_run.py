@@ -37,6 +37,7 @@ from engine.shape import ModelShape
 from engine.tp import TensorParallelRunner
 from engine.warmup import warm_up
 from engine.weights import random_weights
+from kvsched.engine_cli import add_graphs_option
 from policies import make_policy
 from sim.config import load_config_file, parse_config
 from sim.kv.manager import paged_kv_from_config
@@ -133,15 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-root", required=True)
     ap.add_argument("--warmup-steps", type=int, default=20, help="random steps after the grid")
     ap.add_argument("--no-warmup", action="store_true", help="skip the warm-up (CPU smoke runs)")
-    ap.add_argument(
-        "--graphs",
-        choices=["none", "decode", "all"],
-        default="none",
-        const="all",
-        nargs="?",
-        help="CUDA graphs: none, decode-only steps, or all (decode-only steps whole, other "
-        "steps up to 512 tokens piecewise around attention); --graphs alone means all",
-    )
+    add_graphs_option(ap)
     ap.add_argument("--duration-s", type=float, default=None, help="override duration_s")
     args = ap.parse_args(argv)
     raws = [load_config_file(p) for p in args.config]

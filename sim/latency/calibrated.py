@@ -206,12 +206,8 @@ class _Grid2:
 
     def many(self, x: float, y: np.ndarray) -> np.ndarray:
         """`self(x, v)` for every v in y (float64), elementwise the same operations."""
-        xs, ys = self.xs, self.ys
-        if x <= xs[0]:
-            i, t = 0, 0.0
-        else:
-            i = min(bisect.bisect_right(xs, x) - 1, len(xs) - 2)
-            t = (x - xs[i]) / (xs[i + 1] - xs[i])
+        ys = self.ys
+        i, t = _weights(x, self.xs)
         ya = np.asarray(ys)
         j = np.minimum(np.searchsorted(ya, y, side="right") - 1, len(ys) - 2)
         below = y <= ys[0]
