@@ -189,6 +189,8 @@ class PagedKV:
                     n = min(n, (seq.stored_pages + 1) * size - c - 1)
                 elif min(c + 1, seq.prompt_tokens) // size > seq.stored_pages:
                     n = 0
+                if n < 2:  # too short for a span (a batch indexing a page every step)
+                    return max(n, 0)
         if n <= 0:
             return 0
         tables = [(seq.num_computed + 1, len(seq.pages) * size) for seq in seqs]
