@@ -102,17 +102,22 @@ def test_run_ahead_saves_events():
     assert fast[4] < ref[3] / 10  # step ends parked on the clock: arrivals, finishes, samples
 
 
+# What every random workload draws (nodes, arrivals, sizes, arm, seed); each test adds its own.
+WORKLOAD_FIELDS = {
+    "nodes": st.integers(1, 3),
+    "kind": st.sampled_from(["shared_prefix_groups", "no_sharing"]),
+    "rate": st.one_of(st.none(), st.floats(0.5, 60.0)),
+    "clients": st.integers(1, 40),
+    "prompt": st.integers(8, 3000),
+    "arm": st.sampled_from(["openclaw", "paged", "paged+prefix", "engine"]),
+    "seed": st.integers(0, 2**16),
+}
+
 workloads = st.fixed_dictionaries(
     {
-        "nodes": st.integers(1, 3),
-        "kind": st.sampled_from(["shared_prefix_groups", "no_sharing"]),
-        "rate": st.one_of(st.none(), st.floats(0.5, 60.0)),
-        "clients": st.integers(1, 40),
-        "prompt": st.integers(8, 3000),
+        **WORKLOAD_FIELDS,
         "output": st.integers(1, 300),
-        "arm": st.sampled_from(["openclaw", "paged", "paged+prefix", "engine"]),
         "pool_tokens": st.sampled_from([20_000, 200_000, 900_000]),
-        "seed": st.integers(0, 2**16),
         "sample": st.sampled_from([0.25, 1.0]),
     }
 )
@@ -164,15 +169,9 @@ def test_random_workloads_are_the_same_both_ways(w):
 
 spans = st.fixed_dictionaries(
     {
-        "nodes": st.integers(1, 3),
-        "kind": st.sampled_from(["shared_prefix_groups", "no_sharing"]),
-        "rate": st.one_of(st.none(), st.floats(0.5, 60.0)),
-        "clients": st.integers(1, 40),
-        "prompt": st.integers(8, 3000),
+        **WORKLOAD_FIELDS,
         "output": st.integers(1, 600),
-        "arm": st.sampled_from(["openclaw", "paged", "paged+prefix", "engine"]),
         "pool_tokens": st.sampled_from([6_000, 20_000, 200_000]),
-        "seed": st.integers(0, 2**16),
         "cache_outputs": st.booleans(),
         "reclaim": st.sampled_from(["epoch", "immediate"]),
         "race_window_s": st.sampled_from([0.0, 0.003]),
