@@ -115,5 +115,5 @@ class StepOverhead:
 
     def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
         inner = self.inner.decode_steps_s(num_decode, ctx_sums)
-        device = inner + self.per_token_s * 0 + self.per_decode_s * num_decode
+        device = inner + self.per_decode_s * num_decode  # no prefill tokens: _with_terms
         return device + self.overhead_s
