@@ -128,6 +128,14 @@ def _init_tp() -> tuple[int, int]:
     return dist.get_rank(), world
 
 
+def _control_group():
+    """The group the steps are broadcast over (engine/tp.py): gloo beside NCCL on GPUs
+    (KVSCHED_TP_CONTROL=nccl sends them over the model's group instead, to compare)."""
+    if dist.get_backend() == "gloo" or os.environ.get("KVSCHED_TP_CONTROL") == "nccl":
+        return None
+    return dist.new_group(backend="gloo")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--config", action="append", required=True)
@@ -147,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, num_pages = build_model(cfgs, device, rank, tp)
-    runner = TensorParallelRunner(model) if tp > 1 else None
+    runner = TensorParallelRunner(model, control_group=_control_group()) if tp > 1 else None
     warm = 0.0
     if not args.no_warmup:  # followers run every warm-up step rank 0 sends
         if runner is not None and rank > 0:

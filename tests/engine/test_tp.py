@@ -28,7 +28,8 @@ def _rank(rank: int, port: int, result) -> None:
     w = random_weights(TINY, seed=4, device="cpu", rank=rank, tp=TP)
     shard = TINY.shard(TP)
     pool = KVPool(TINY.num_layers, 8, shard.num_kv_heads, 16, TINY.head_dim, "cpu", poison=True)
-    runner = TensorParallelRunner(PagedModel(TINY, w, pool, tp=TP))
+    control = dist.new_group(backend="gloo")  # the steps travel apart from the model group
+    runner = TensorParallelRunner(PagedModel(TINY, w, pool, tp=TP), control_group=control)
     if rank == 1:
         result.put(("followed", runner.follow()))
         dist.destroy_process_group()
