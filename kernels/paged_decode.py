@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import torch
 
@@ -40,6 +41,8 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from kernels.launch import BoundLaunch  # noqa: E402
 
 SUPPORTED_PAGE_SIZES = (1, 8, 16, 32, 64, 128)
 DEFAULT_PAGE_SIZE = 16
@@ -418,7 +421,101 @@ def _check(cond: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
+def _check_like(t: torch.Tensor, ref: torch.Tensor, name: str) -> None:
+    """A per-layer tensor of a prepared launch: the prepared one's shape, strides, dtype, device."""
+    if (
+        t.shape != ref.shape
+        or t.stride() != ref.stride()
+        or t.dtype != ref.dtype
+        or t.device != ref.device
+    ):
+        raise ValueError(
+            f"{name} differs from the prepared one: {tuple(t.shape)} {t.stride()} {t.dtype} "
+            f"{t.device}, prepared {tuple(ref.shape)} {ref.stride()} {ref.dtype} {ref.device}"
+        )
+
+
+class PreparedAttention:
+    """An attention launch prepared once (validation, split choice, workspaces, constant
+    arguments) and issued per layer by `launch(k_cache, v_cache, q=None, out=None)`, or by
+    calling it. The K/V pool views of every layer have the prepared shape and strides; q and out
+    default to the prepared ones (a graphed step's static buffers), others must match them.
+    It owns its split workspaces: keep it alive as long as a CUDA graph that captured it."""
+
+    __slots__ = ("q", "out", "k_cache", "v_cache", "launches")
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        out: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        launches: list[BoundLaunch],
+    ) -> None:
+        self.q = q
+        self.out = out
+        self.k_cache = k_cache
+        self.v_cache = v_cache
+        self.launches = launches
+
+    def launch(
+        self,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        q: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if q is None:
+            q = self.q
+        elif q is not self.q:
+            _check_like(q, self.q, "q")
+        if out is None:
+            out = self.out
+        elif out is not self.out:
+            _check_like(out, self.out, "out")
+        if k_cache is not self.k_cache:
+            _check_like(k_cache, self.k_cache, "k_cache")
+        if v_cache is not self.v_cache:
+            _check_like(v_cache, self.v_cache, "v_cache")
+        for launch in self.launches:
+            launch(q, k_cache, v_cache, out)
+        return out
+
+    __call__ = launch
+
+    @property
+    def fast_launches(self) -> int:
+        """Kernel launches that took the direct path (kernels.launch)."""
+        return sum(launch.fast_launches for launch in self.launches)
+
+
+class DecodeLaunch(PreparedAttention):
+    """A prepared `paged_decode_attention` (see `prepare_decode`)."""
+
+    __slots__ = ("num_splits", "tokens_per_split")
+
+    def __init__(self, *args: Any, num_splits: int = 1, tokens_per_split: int = 0) -> None:
+        super().__init__(*args)
+        self.num_splits = num_splits
+        self.tokens_per_split = tokens_per_split
+
+
 def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """Decode attention of one new token per sequence against its paged KV cache:
+    `prepare_decode(...)` (the same arguments) launched once. See `prepare_decode`."""
+    return prepare_decode(q, k_cache, v_cache, block_tables, seq_lens, **kwargs).launch(
+        k_cache, v_cache
+    )
+
+
+def prepare_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -439,8 +536,8 @@ def paged_decode_attention(
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
     min_split_tokens: int = MIN_SPLIT_TOKENS,
     cap_to_mean: bool = CAP_TO_MEAN,
-) -> torch.Tensor:
-    """Decode attention of one new token per sequence against its paged KV cache.
+) -> DecodeLaunch:
+    """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
     Shapes are in the module docstring. Raises ValueError on any input the kernel cannot handle
     (wrong ranks, mismatched heads, dtypes, devices, strides, page size, or, with check_bounds,
@@ -452,6 +549,7 @@ def paged_decode_attention(
     `num_splits` forces the split count (tests use it to exercise both passes).
     `out` may be float32; `lse_out` (float32 [batch, num_q_heads]), when given, receives each
     query head's natural-log sum-exp of its scaled scores (kernels.cascade_decode merges by it).
+    The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels (PreparedAttention).
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -479,7 +577,7 @@ def paged_decode_attention(
     _check(seq_lens.stride(0) == 1 or batch <= 1, "seq_lens must be contiguous")
     out = checked_outputs(q, out, lse_out)
     if batch == 0:
-        return out
+        return DecodeLaunch(q, out, k_cache, v_cache, [])
 
     if check_bounds:
         lens = seq_lens.to(torch.int64)
@@ -525,71 +623,99 @@ def paged_decode_attention(
     write_lse = lse_out is not None
     lse_t = lse_out if lse_out is not None else part_lse.view(-1)[:1].view(1, 1)
 
-    grid = (batch, programs_per_seq, num_splits)
-    _paged_decode_kernel[grid](
-        q,
-        k_cache,
-        v_cache,
-        block_tables,
-        seq_lens,
-        out,
-        lse_t,
-        part_out,
-        part_lse,
-        scale * _LOG2E,
-        q.stride(0),
-        q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        block_tables.stride(0),
-        out.stride(0),
-        out.stride(1),
-        part_out.stride(0),
-        part_out.stride(1),
-        part_out.stride(2),
-        part_lse.stride(0),
-        part_lse.stride(1),
-        lse_t.stride(0),
-        lse_t.stride(1),
-        tokens_per_split,
-        GROUP=group,
-        HEAD_DIM=head_dim,
-        PAGE_SIZE=page_size,
-        BLOCK_N=block_n,
-        BLOCK_G=block_g,
-        GROUPED=grouped,
-        SPLIT=split,
-        # Triton's interpreter (CPU) mis-computes tl.dot on bf16; bf16 -> fp32 is exact, so the
-        # upcast keeps the same arithmetic as the GPU's bf16 x bf16 -> fp32 tensor-core dot.
-        UPCAST_DOT=(q.device.type == "cpu" and q.dtype == torch.bfloat16),
-        WRITE_LSE=write_lse,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
-    if split:
-        _combine_kernel[(batch, num_q_heads)](
-            part_out,
-            part_lse,
+    main = BoundLaunch(
+        _paged_decode_kernel,
+        (batch, programs_per_seq, num_splits),
+        [
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
             seq_lens,
             out,
             lse_t,
+            part_out,
+            part_lse,
+            scale * _LOG2E,
+            q.stride(0),
+            q.stride(1),
+            k_cache.stride(0),
+            k_cache.stride(1),
+            k_cache.stride(2),
+            v_cache.stride(0),
+            v_cache.stride(1),
+            v_cache.stride(2),
+            block_tables.stride(0),
+            out.stride(0),
+            out.stride(1),
             part_out.stride(0),
             part_out.stride(1),
             part_out.stride(2),
             part_lse.stride(0),
             part_lse.stride(1),
-            out.stride(0),
-            out.stride(1),
             lse_t.stride(0),
             lse_t.stride(1),
             tokens_per_split,
+        ],
+        dict(
+            GROUP=group,
             HEAD_DIM=head_dim,
-            BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
+            PAGE_SIZE=page_size,
+            BLOCK_N=block_n,
+            BLOCK_G=block_g,
+            GROUPED=grouped,
+            SPLIT=split,
+            # Triton's interpreter (CPU) mis-computes tl.dot on bf16; bf16 -> fp32 is exact, so
+            # the upcast keeps the same arithmetic as the GPU's bf16 x bf16 -> fp32 dot.
+            UPCAST_DOT=(q.device.type == "cpu" and q.dtype == torch.bfloat16),
             WRITE_LSE=write_lse,
-            num_warps=4,
+            num_warps=num_warps,
+            num_stages=num_stages,
+        ),
+        _SWAP_MAIN,
+    )
+    launches = [main]
+    if split:
+        combine = BoundLaunch(
+            _combine_kernel,
+            (batch, num_q_heads, 1),
+            [
+                part_out,
+                part_lse,
+                seq_lens,
+                out,
+                lse_t,
+                part_out.stride(0),
+                part_out.stride(1),
+                part_out.stride(2),
+                part_lse.stride(0),
+                part_lse.stride(1),
+                out.stride(0),
+                out.stride(1),
+                lse_t.stride(0),
+                lse_t.stride(1),
+                tokens_per_split,
+            ],
+            dict(
+                HEAD_DIM=head_dim,
+                BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
+                WRITE_LSE=write_lse,
+                num_warps=4,
+            ),
+            _SWAP_COMBINE,
         )
-    return out
+        launches.append(combine)
+    return DecodeLaunch(
+        q,
+        out,
+        k_cache,
+        v_cache,
+        launches,
+        num_splits=num_splits,
+        tokens_per_split=tokens_per_split,
+    )
+
+
+# Argument positions of (q, k_cache, v_cache, out) in each kernel's signature (-1: not one).
+_SWAP_MAIN = (0, 1, 2, 5)
+_SWAP_COMBINE = (-1, -1, -1, 3)

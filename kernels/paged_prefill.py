@@ -48,7 +48,9 @@ if not torch.cuda.is_available():
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from kernels.launch import BoundLaunch  # noqa: E402
 from kernels.paged_decode import (  # noqa: E402
+    PreparedAttention,
     _check,
     _num_sms,
     check_pages_in_pool,
@@ -564,7 +566,33 @@ def plan_prefill(
     )
 
 
+class PrefillLaunch(PreparedAttention):
+    """A prepared `paged_prefill_attention` (see `prepare_prefill`)."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, *args: Any, plan: PrefillPlan | None = None) -> None:
+        super().__init__(*args)
+        self.plan = plan
+
+
 def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """Chunked-prefill attention of each request's new tokens over its paged context + chunk:
+    `prepare_prefill(...)` (the same arguments) launched once. See `prepare_prefill`."""
+    return prepare_prefill(
+        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, **kwargs
+    ).launch(k_cache, v_cache)
+
+
+def prepare_prefill(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -587,15 +615,17 @@ def paged_prefill_attention(
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
-) -> torch.Tensor:
-    """Chunked-prefill attention of each request's new tokens over its paged context + chunk.
+) -> PrefillLaunch:
+    """Chunked-prefill attention of each request's new tokens over its paged context + chunk,
+    prepared once for every layer of a step.
 
     Shapes are in the module docstring. Raises ValueError on input the kernel cannot handle.
     Without `plan`, the work list is built from host copies of `cu_seqlens_q` and `seq_lens` (a
     device sync); a serving engine builds it once per step with `plan_prefill` and passes it
     (with check_bounds=False, which skips the validation scans that also sync). The launch
     config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale) is the plan's unless
-    given here.
+    given here. The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels
+    (kernels.paged_decode.PreparedAttention).
     """
     check_q_and_cache(q, k_cache, v_cache, "[total_new, num_q_heads, head_dim]")
     total_new, num_q_heads, head_dim = q.shape
@@ -679,7 +709,7 @@ def paged_prefill_attention(
         f"block_n {bn} must divide the plan's split length {plan.tokens_per_split}",
     )
     if total_new == 0 or plan.work.shape[0] == 0:
-        return out
+        return PrefillLaunch(q, out, k_cache, v_cache, [], plan=plan)
 
     if plan.n_slots:
         block_m_rows = plan.block_m
@@ -705,58 +735,31 @@ def paged_prefill_attention(
         HEAD_DIM=head_dim,
         WRITE_LSE=lse_out is not None,
     )
-    _paged_prefill_kernel[(plan.work.shape[0], num_kv_heads)](
-        q,
-        k_cache,
-        v_cache,
-        block_tables,
-        seq_lens,
-        cu_seqlens_q,
-        plan.work,
-        out,
-        lse_t,
-        part_out,
-        part_lse,
-        scale * _LOG2E,
-        q.stride(0),
-        q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        block_tables.stride(0),
-        out.stride(0),
-        out.stride(1),
-        lse_t.stride(0),
-        lse_t.stride(1),
-        part_out.stride(0),
-        part_out.stride(1),
-        part_lse.stride(0),
-        part_lse.stride(1),
-        BLOCK_N=bn,
-        PAGE_SIZE=page_size,
-        CAUSAL=causal,
-        UPCAST_DOT=upcast,
-        WARP_SPECIALIZE=bool(cfg["warp_specialize"]),
-        LAZY_RESCALE=bool(cfg["lazy_rescale"]),
-        num_warps=int(cfg["num_warps"]),
-        num_stages=int(cfg["num_stages"]),
-        **meta,
-    )
-    if plan.n_slots:
-        # Rows of a tile spread over programs: a 128-row tile's 8 programs per KV head each
-        # read their 16 rows of every split's partial.
-        block_r = max(1, min(16, plan.block_m // 2))
-        grid_c = (plan.combine.shape[0], num_kv_heads, plan.block_m // block_r)
-        _prefill_combine_kernel[grid_c](
+    main = BoundLaunch(
+        _paged_prefill_kernel,
+        (plan.work.shape[0], num_kv_heads, 1),
+        [
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            seq_lens,
             cu_seqlens_q,
-            plan.combine,
+            plan.work,
             out,
             lse_t,
             part_out,
             part_lse,
+            scale * _LOG2E,
+            q.stride(0),
+            q.stride(1),
+            k_cache.stride(0),
+            k_cache.stride(1),
+            k_cache.stride(2),
+            v_cache.stride(0),
+            v_cache.stride(1),
+            v_cache.stride(2),
+            block_tables.stride(0),
             out.stride(0),
             out.stride(1),
             lse_t.stride(0),
@@ -765,8 +768,51 @@ def paged_prefill_attention(
             part_out.stride(1),
             part_lse.stride(0),
             part_lse.stride(1),
-            BLOCK_R=block_r,
-            num_warps=4,
+        ],
+        dict(
+            BLOCK_N=bn,
+            PAGE_SIZE=page_size,
+            CAUSAL=causal,
+            UPCAST_DOT=upcast,
+            WARP_SPECIALIZE=bool(cfg["warp_specialize"]),
+            LAZY_RESCALE=bool(cfg["lazy_rescale"]),
+            num_warps=int(cfg["num_warps"]),
+            num_stages=int(cfg["num_stages"]),
             **meta,
+        ),
+        _SWAP_MAIN,
+    )
+    launches = [main]
+    if plan.n_slots:
+        # Rows of a tile spread over programs: a 128-row tile's 8 programs per KV head each
+        # read their 16 rows of every split's partial.
+        block_r = max(1, min(16, plan.block_m // 2))
+        combine = BoundLaunch(
+            _prefill_combine_kernel,
+            (plan.combine.shape[0], num_kv_heads, plan.block_m // block_r),
+            [
+                cu_seqlens_q,
+                plan.combine,
+                out,
+                lse_t,
+                part_out,
+                part_lse,
+                out.stride(0),
+                out.stride(1),
+                lse_t.stride(0),
+                lse_t.stride(1),
+                part_out.stride(0),
+                part_out.stride(1),
+                part_lse.stride(0),
+                part_lse.stride(1),
+            ],
+            dict(BLOCK_R=block_r, num_warps=4, **meta),
+            _SWAP_COMBINE,
         )
-    return out
+        launches.append(combine)
+    return PrefillLaunch(q, out, k_cache, v_cache, launches, plan=plan)
+
+
+# Argument positions of (q, k_cache, v_cache, out) in each kernel's signature (-1: not one).
+_SWAP_MAIN = (0, 1, 2, 7)
+_SWAP_COMBINE = (-1, -1, -1, 2)
