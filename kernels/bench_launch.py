@@ -95,6 +95,7 @@ def build_step(kind: str, layers: int, device: str, seed: int = 0) -> dict[str, 
     total_pages = sum(pages_per) + 1
     g = torch.Generator(device="cpu").manual_seed(seed)
     perm = torch.randperm(total_pages, generator=g).to(torch.int32)
+    gd = torch.Generator(device=device).manual_seed(seed)
     tables, at = [], 0
     width = max(pages_per)
     for n in pages_per:
@@ -106,11 +107,11 @@ def build_step(kind: str, layers: int, device: str, seed: int = 0) -> dict[str, 
     pool_shape = (layers, total_pages, hkv, ps, d)
     if device == "cpu":  # mocked: nothing reads the pool, keep it small
         pool_shape = (layers, 1, hkv, ps, d)
-    k_pool = torch.randn(pool_shape, generator=g).to(dtype).to(device)
-    v_pool = torch.randn(pool_shape, generator=g).to(dtype).to(device)
+    k_pool = torch.randn(pool_shape, generator=gd, device=device, dtype=dtype)
+    v_pool = torch.randn(pool_shape, generator=gd, device=device, dtype=dtype)
     nd, total_new = len(dec_lens), sum(n for n, _ in chunks)
     rows = nd + total_new
-    q = torch.randn(rows, hq, d, generator=g).to(dtype).to(device)
+    q = torch.randn(rows, hq, d, generator=gd, device=device, dtype=dtype)
     out = torch.empty_like(q)
     step: dict[str, Any] = {
         "k": [k_pool[i] for i in range(layers)],

@@ -32,6 +32,7 @@ import math
 import os
 from typing import Any
 
+import numpy as np
 import torch
 
 # Without a GPU the kernels run under Triton's interpreter (CPU CI). The interpreter is chosen
@@ -103,6 +104,7 @@ def _paged_decode_kernel(
     stride_lb,
     stride_lh,
     tokens_per_split,
+    split_ptr,  # SPLITS_FROM_PTR: int32 [num_splits, tokens_per_split] on the device
     GROUP: tl.constexpr,  # query heads per KV head
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
@@ -112,10 +114,15 @@ def _paged_decode_kernel(
     SPLIT: tl.constexpr,  # True: write partials for _combine_kernel; False: write `out`
     UPCAST_DOT: tl.constexpr,  # interpreter only: its tl.dot multiplies bf16 bit patterns
     WRITE_LSE: tl.constexpr = False,  # also write each row's natural-log sum-exp (cascade)
+    SPLITS_FROM_PTR: tl.constexpr = False,  # split length read from split_ptr (CUDA graphs)
 ):
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_s = tl.program_id(2)
+    if SPLITS_FROM_PTR:
+        # The grid's split dimension is an upper bound: programs past the step's splits start
+        # at or past every sequence's end and exit below.
+        tokens_per_split = tl.load(split_ptr + 1)
     if GROUPED:
         kv_head = pid_h
         q_head0 = pid_h * GROUP
@@ -243,12 +250,16 @@ def _combine_kernel(
     stride_lb,
     stride_lh,
     tokens_per_split,
+    split_ptr,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,  # splits merged per step; bounded so the tile stays in registers
     WRITE_LSE: tl.constexpr = False,
+    SPLITS_FROM_PTR: tl.constexpr = False,
 ):
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
+    if SPLITS_FROM_PTR:
+        tokens_per_split = tl.load(split_ptr + 1)
     seq_len = tl.load(seq_lens_ptr + pid_b)
     n_splits = tl.cdiv(seq_len, tokens_per_split)  # splits that hold tokens of this sequence
 
@@ -327,6 +338,62 @@ def choose_split(
     if tokens >= max_seq_len:
         return 1, max(max_seq_len, 1)
     return -(-max_seq_len // tokens), tokens
+
+
+def decode_splits(
+    batch: int,
+    total_tokens: int,
+    max_seq_len: int,
+    num_kv_heads: int,
+    device: torch.device | str,
+    *,
+    block_n: int = DEFAULT_CONFIG["block_n"],
+    programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
+    min_split_tokens: int = MIN_SPLIT_TOKENS,
+    cap_to_mean: bool = CAP_TO_MEAN,
+) -> tuple[int, int]:
+    """(num_splits, tokens_per_split) the grouped decode launcher picks for this batch: what a
+    caller of the device-split mode writes into its `split_tensor`."""
+    return choose_split(
+        total_tokens,
+        max_seq_len,
+        num_kv_heads,
+        _num_sms(torch.device(device)),
+        block_n,
+        programs_per_sm,
+        min_split_tokens,
+        cap_to_mean,
+        batch,
+    )
+
+
+def decode_split_bound(
+    batch: int,
+    max_len: int,
+    num_kv_heads: int,
+    device: torch.device | str,
+    *,
+    block_n: int = DEFAULT_CONFIG["block_n"],
+    programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
+    min_split_tokens: int = MIN_SPLIT_TOKENS,
+    cap_to_mean: bool = CAP_TO_MEAN,
+) -> int:
+    """The most splits `decode_splits` can return for `batch` sequences of at most `max_len`
+    tokens each (>= 1): the grid bound of a graph captured once per batch size. For a longest
+    sequence of L tokens the fewest total tokens (the others 1 each) give the most splits, so
+    the bound is the max over L of choose_split(L + batch - 1, L) (vectorised, same integers)."""
+    if batch < 1 or max_len < 1:
+        return 1
+    lens = np.arange(1, max_len + 1, dtype=np.int64)
+    total = lens + (batch - 1)
+    target = max(1, programs_per_sm * _num_sms(torch.device(device)))
+    tokens = -(-total * num_kv_heads // target)
+    if cap_to_mean:
+        tokens = np.minimum(tokens, -(-total // batch))
+    tokens = np.maximum(np.maximum(tokens, min_split_tokens), -(-lens // MAX_SPLITS))
+    tokens = -(-tokens // block_n) * block_n
+    splits = np.where(tokens >= lens, 1, -(-lens // tokens))
+    return int(splits.max())
 
 
 def check_q_and_cache(q: torch.Tensor, k_cache, v_cache, q_layout: str) -> None:
@@ -536,6 +603,8 @@ def prepare_decode(
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
     min_split_tokens: int = MIN_SPLIT_TOKENS,
     cap_to_mean: bool = CAP_TO_MEAN,
+    split_tensor: torch.Tensor | None = None,
+    max_splits: int | None = None,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -550,6 +619,13 @@ def prepare_decode(
     `out` may be float32; `lse_out` (float32 [batch, num_q_heads]), when given, receives each
     query head's natural-log sum-exp of its scaled scores (kernels.cascade_decode merges by it).
     The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels (PreparedAttention).
+
+    Splits from device memory (CUDA graphs captured once per batch size): with `split_tensor`
+    (int32 [2] on q's device: num_splits, tokens_per_split, as `decode_splits` returns them; the
+    caller writes it before each launch or replay) and `max_splits` (the grid's split dimension,
+    at least any num_splits written, e.g. `decode_split_bound`), the kernels read the split length
+    from the tensor; programs past the written split count exit at once. The outputs are those of
+    the host-split path with the same (num_splits, tokens_per_split).
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -583,15 +659,32 @@ def prepare_decode(
         lens = seq_lens.to(torch.int64)
         _check(bool((lens >= 1).all()), "seq_lens must be >= 1 (decode attends to >= 1 token)")
         check_pages_in_pool(block_tables, lens, page_size, num_pages)
-    if max_seq_len is None or (num_splits is None and total_tokens is None):
+    from_ptr = split_tensor is not None
+    if from_ptr:
+        assert split_tensor is not None
+        _check(
+            split_tensor.dtype == torch.int32
+            and split_tensor.shape == (2,)
+            and split_tensor.device == q.device,
+            f"split_tensor must be int32 [2] on {q.device}, got {tuple(split_tensor.shape)} "
+            f"{split_tensor.dtype} on {split_tensor.device}",
+        )
+        _check(
+            max_splits is not None and max_splits >= 1 and num_splits is None,
+            "split_tensor needs max_splits >= 1 (and no num_splits)",
+        )
+    elif max_seq_len is None or (num_splits is None and total_tokens is None):
         lens_host = seq_lens.to("cpu", torch.int64)
         max_seq_len = int(lens_host.max()) if max_seq_len is None else max_seq_len
         total_tokens = int(lens_host.sum()) if total_tokens is None else total_tokens
 
     group = num_q_heads // num_kv_heads
     programs_per_seq = num_kv_heads if grouped else num_q_heads
-    if num_splits is None:
-        assert total_tokens is not None  # counted above whenever num_splits is None
+    if from_ptr:
+        assert max_splits is not None
+        num_splits, tokens_per_split = max_splits, 0  # the split length is read on the device
+    elif num_splits is None:
+        assert total_tokens is not None and max_seq_len is not None  # counted above
         num_splits, tokens_per_split = choose_split(
             total_tokens,
             max_seq_len,
@@ -605,6 +698,7 @@ def prepare_decode(
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")
+        assert max_seq_len is not None
         tokens_per_split = -(-max_seq_len // num_splits)
         num_splits = -(-max_seq_len // tokens_per_split)
     block_g = max(16, triton.next_power_of_2(group if grouped else 1))
@@ -622,6 +716,7 @@ def prepare_decode(
     scale = (1.0 / math.sqrt(head_dim)) if sm_scale is None else float(sm_scale)
     write_lse = lse_out is not None
     lse_t = lse_out if lse_out is not None else part_lse.view(-1)[:1].view(1, 1)
+    split_t = split_tensor if split_tensor is not None else seq_lens  # (unread without from_ptr)
 
     main = BoundLaunch(
         _paged_decode_kernel,
@@ -656,6 +751,7 @@ def prepare_decode(
             lse_t.stride(0),
             lse_t.stride(1),
             tokens_per_split,
+            split_t,
         ],
         dict(
             GROUP=group,
@@ -669,6 +765,7 @@ def prepare_decode(
             # the upcast keeps the same arithmetic as the GPU's bf16 x bf16 -> fp32 dot.
             UPCAST_DOT=(q.device.type == "cpu" and q.dtype == torch.bfloat16),
             WRITE_LSE=write_lse,
+            SPLITS_FROM_PTR=from_ptr,
             num_warps=num_warps,
             num_stages=num_stages,
         ),
@@ -695,11 +792,13 @@ def prepare_decode(
                 lse_t.stride(0),
                 lse_t.stride(1),
                 tokens_per_split,
+                split_t,
             ],
             dict(
                 HEAD_DIM=head_dim,
                 BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
                 WRITE_LSE=write_lse,
+                SPLITS_FROM_PTR=from_ptr,
                 num_warps=4,
             ),
             _SWAP_COMBINE,

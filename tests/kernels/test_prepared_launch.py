@@ -13,7 +13,13 @@ import torch
 
 import kernels.launch as launch_mod
 from kernels.launch import BoundLaunch
-from kernels.paged_decode import paged_decode_attention, prepare_decode
+from kernels.paged_decode import (
+    choose_split,
+    decode_split_bound,
+    decode_splits,
+    paged_decode_attention,
+    prepare_decode,
+)
 from kernels.paged_prefill import paged_prefill_attention, plan_prefill, prepare_prefill
 from kernels.reference import (
     make_paged_kv,
@@ -261,3 +267,56 @@ def test_gpu_launches_take_the_direct_path():
     for _ in range(3):
         assert torch.equal(prep(kv.k_cache, kv.v_cache), first)
     assert prep.fast_launches == 2 * 3  # each kernel: normal path once, then direct
+
+
+# Splits from device memory (decode graphs captured once per batch size).
+
+
+@pytest.mark.parametrize("lens", [[1, 17, 40, 700], [300, 301], [5]])
+def test_device_splits_equal_the_host_split_path(lens):
+    g = torch.Generator(device=DEVICE).manual_seed(8)
+    kv = make_paged_kv(lens, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g, spare_pages=2)
+    q = torch.randn(len(lens), 8, HEAD_DIM, generator=g, device=DEVICE).to(torch.bfloat16)
+    split_t = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+    out = torch.full_like(q, float("nan"))
+    bound = 8
+    prep = prepare_decode(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, out=out,
+                          split_tensor=split_t, max_splits=bound, block_n=16)  # fmt: skip
+    assert prep.num_splits == bound and len(prep.launches) == 2
+    for n in (1, 2, 3, bound):  # the same prepared launch (one graph), other split counts
+        want = paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens,
+                                      num_splits=n, block_n=16)  # fmt: skip
+        tps = -(-max(lens) // n)
+        split_t.copy_(torch.tensor([-(-max(lens) // tps), tps], dtype=torch.int32))
+        out.fill_(float("nan"))
+        prep(kv.k_cache, kv.v_cache)
+        assert torch.equal(out, want), f"{n} splits: device-split path differs"
+
+
+def test_decode_splits_and_their_bound():
+    for batch, total, longest in ((1, 131072, 131072), (16, 16 * 2048, 2048), (64, 70000, 9000)):
+        n, tps = decode_splits(batch, total, longest, 8, "cpu")
+        assert (n, tps) == choose_split(total, longest, 8, 132, 64, 16, 512, False, batch)
+    for batch in (1, 3, 16, 64, 255):
+        for max_len in (1, 700, 5000, 40000):
+            bound = decode_split_bound(batch, max_len, 8, "cpu")
+            brute = max(
+                choose_split(L + batch - 1, L, 8, 132, 64, 16, 512, False, batch)[0]
+                for L in range(1, max_len + 1)
+            )
+            assert bound == brute, (batch, max_len)
+            # Any batch within the limits splits no more than the bound.
+            for total in (max_len, max_len + batch - 1, batch * max_len):
+                if total >= max_len + batch - 1:
+                    assert decode_splits(batch, total, max_len, 8, "cpu")[0] <= bound
+
+
+def test_device_split_arguments_are_checked():
+    g = torch.Generator(device=DEVICE).manual_seed(9)
+    kv = make_paged_kv([20], 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+    q = torch.randn(1, 8, HEAD_DIM, generator=g, device=DEVICE).to(torch.bfloat16)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+    with pytest.raises(ValueError, match="split_tensor must be int32"):
+        prepare_decode(*args, split_tensor=torch.zeros(2, device=DEVICE), max_splits=2)
+    with pytest.raises(ValueError, match="needs max_splits"):
+        prepare_decode(*args, split_tensor=torch.zeros(2, dtype=torch.int32, device=DEVICE))
