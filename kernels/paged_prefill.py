@@ -69,13 +69,16 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
     "min_split_tokens": 256,
 }
 # Work classes: "tiles" = the query tiles fill the GPU (chunks of hundreds of tokens and more:
-# compute-bound); "split" = few tiles over long context, keys split across programs + combine;
-# "split_small" = the same with tiles of < 64 rows (1-7 new tokens at GQA 8: decode-like).
+# compute-bound); "tiles_wide" = the same with WIDE_BLOCK_M-row tiles (causal chunks whose wide
+# tiles still give at least one program per SM); "split" = few tiles over long context, keys
+# split across programs + combine; "split_small" = the same with tiles of < 64 rows (1-7 new
+# tokens at GQA 8: decode-like).
 # warp_specialize: tl.range(..., warp_specialize=True) on the unmasked loop (Triton's Hopper
 # warp specialisation); lazy_rescale: rescale acc/l only when a row max grew by > 2^8.
 # split_programs_per_sm (split classes, optional): programs per SM the split count aims at.
+# block_m ("tiles_wide" only): its tile rows; <= the plan's block_m turns the class off.
 LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale")
-CLASS_KEYS = (*LAUNCH_KEYS, "split_programs_per_sm")
+CLASS_KEYS = (*LAUNCH_KEYS, "split_programs_per_sm", "block_m")
 _BASE_LAUNCH: dict[str, Any] = {
     "block_n": 128,
     "num_warps": 8,
@@ -86,9 +89,13 @@ _BASE_LAUNCH: dict[str, Any] = {
 # The H200 sweep of 2026-11-30 09:16 UTC (kernels/README.md; measurements/
 # bench_prefill_s3_tune.json): lazy rescale won "tiles" (8K chunk 2.80 -> 2.75 ms) and "split";
 # warp_specialize changed little (2.7594 -> 2.7509 ms with lazy rescale); 4 warps won
-# "split_small".
+# "split_small". 256-row tiles (probe of 09:32 UTC, bench_prefill_probe_s3.json): 8K chunk
+# 2.73 -> 2.47 ms, 2K over 8K 1.478 -> 1.414 ms, with 64-key tiles, 16 warps, 2 stages.
 PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
     "tiles": dict(_BASE_LAUNCH, warp_specialize=True, lazy_rescale=True),
+    "tiles_wide": dict(
+        _BASE_LAUNCH, block_m=256, block_n=64, num_warps=16, num_stages=2, lazy_rescale=True
+    ),  # fmt: skip
     "split": dict(_BASE_LAUNCH, lazy_rescale=True),
     "split_small": dict(_BASE_LAUNCH, num_warps=4),
 }
@@ -424,6 +431,29 @@ def _split_counts(first: np.ndarray, tps: int) -> np.ndarray:
     return np.maximum(1, -(-first // tps)) if tps else np.ones_like(first)
 
 
+def _query_tiles(
+    q_lens: np.ndarray, seq_lens: np.ndarray, block_q: int, causal: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every query tile of block_q tokens: (request, first query, keys its last row sees, keys
+    every row sees)."""
+    reqs, starts, needs, firsts = [], [], [], []
+    for b, (n, L) in enumerate(zip(q_lens.tolist(), seq_lens.tolist(), strict=True)):
+        ctx = L - n
+        if L == 0:
+            continue  # non-causal over no keys: nothing to do (cascade: no shared prefix)
+        for qs in range(0, n, block_q):
+            reqs.append(b)
+            starts.append(qs)
+            if causal:
+                needs.append(min(L, ctx + qs + block_q))  # keys the tile's last row sees
+                firsts.append(ctx + qs + 1)  # keys every row of the tile sees
+            else:
+                needs.append(L)
+                firsts.append(L)
+    arrays = (reqs, starts, needs, firsts)
+    return tuple(np.asarray(a, dtype=np.int64) for a in arrays)  # type: ignore[return-value]
+
+
 def plan_prefill(
     q_lens: list[int] | np.ndarray,
     seq_lens: list[int] | np.ndarray,
@@ -463,24 +493,7 @@ def plan_prefill(
         raise ValueError(f"unknown launch keys {sorted(set(launch) - set(CLASS_KEYS))}")
     block_q = choose_block_q(int(q_lens.max(initial=0)), group_p, block_m)
 
-    reqs, starts, needs, firsts = [], [], [], []
-    for b, (n, L) in enumerate(zip(q_lens.tolist(), seq_lens.tolist(), strict=True)):
-        ctx = L - n
-        if L == 0:
-            continue  # non-causal over no keys: nothing to do (cascade: no shared prefix)
-        for qs in range(0, n, block_q):
-            reqs.append(b)
-            starts.append(qs)
-            if causal:
-                needs.append(min(L, ctx + qs + block_q))  # keys the tile's last row sees
-                firsts.append(ctx + qs + 1)  # keys every row of the tile sees
-            else:
-                needs.append(L)
-                firsts.append(L)
-    reqs_a = np.asarray(reqs, dtype=np.int64)
-    starts_a = np.asarray(starts, dtype=np.int64)
-    need = np.asarray(needs, dtype=np.int64)
-    first = np.asarray(firsts, dtype=np.int64)
+    reqs_a, starts_a, need, first = _query_tiles(q_lens, seq_lens, block_q, causal)
 
     target = 0
     sms, pps = 132, 1
@@ -492,7 +505,7 @@ def plan_prefill(
         pps = (
             programs_per_sm if programs_per_sm is not None else (2 if block_q * group_p < 64 else 1)
         )
-        split = 0 < len(reqs) * num_kv_heads < max(1, pps * sms)
+        split = 0 < len(reqs_a) * num_kv_heads < max(1, pps * sms)
     else:
         if tokens_per_split < 1:
             raise ValueError(f"tokens_per_split must be >= 1, got {tokens_per_split}")
@@ -500,6 +513,15 @@ def plan_prefill(
     work_class = "tiles"
     if split:
         work_class = "split" if block_q * group_p >= 64 else "split_small"
+    elif causal and tokens_per_split is None and not (launch and "block_m" in launch):
+        # Wider tiles where they still fill the GPU (at least one program per SM).
+        wide_m = int(PREFILL_LAUNCH_CONFIGS["tiles_wide"].get("block_m") or 0)
+        if wide_m > block_m and wide_m >= group_p:
+            wide_q = choose_block_q(int(q_lens.max(initial=0)), group_p, wide_m)
+            n_wide = int(np.sum(-(-q_lens // wide_q)))
+            if wide_q > block_q and n_wide * num_kv_heads >= sms:
+                work_class, block_q = "tiles_wide", wide_q
+                reqs_a, starts_a, need, first = _query_tiles(q_lens, seq_lens, block_q, causal)
     cfg = {**PREFILL_LAUNCH_CONFIGS[work_class], **(launch or {})}
     if tokens_per_split is None and split:
         if programs_per_sm is None:

@@ -152,9 +152,11 @@ def test_plan_splits_cut_only_keys_every_row_sees():
     assert plan.block_q == 16 and plan.n_slots == len(work) == 8
     assert sorted(work[:, 2].tolist()) == list(range(0, 1024, 128))
     assert int(work[:, 3].max()) == 1016 and all(work[:, 2] <= 1000)
-    # The heuristic splits only when the tiles cannot fill the GPU: an 8K chunk is not split.
+    # The heuristic splits only when the tiles cannot fill the GPU: an 8K chunk is not split
+    # (and runs the wide tiles: 256 rows, 32 tokens of 8 heads).
     big = plan_prefill([8192], [8192], 8, 8, num_sms=132)
-    assert big.n_slots == 0 and big.work.shape[0] == 8192 // 16
+    wide = PREFILL_LAUNCH_CONFIGS["tiles_wide"]["block_m"] > 128
+    assert big.n_slots == 0 and big.work.shape[0] == 8192 // (32 if wide else 16)
     small = plan_prefill([16], [32768], 8, 8, num_sms=132)
     assert small.n_slots > 0 and small.work.shape[0] * 8 >= 100  # ~1 program per SM
     # Longest work first.
@@ -190,10 +192,12 @@ def test_tiles_within_and_across_pages(block_n, page_size):
 
 def test_plan_carries_its_class_launch_config():
     plans = {
-        "tiles": plan_prefill([4096], [4096], 8, 8, num_sms=132),
+        "tiles": plan_prefill([400], [4096], 8, 8, num_sms=132),  # 13 wide tiles: < 1 per SM
         "split": plan_prefill([16], [32768], 8, 8, num_sms=132),
         "split_small": plan_prefill([1], [32768], 8, 8, num_sms=132),
     }
+    if PREFILL_LAUNCH_CONFIGS["tiles_wide"]["block_m"] > 128:
+        plans["tiles_wide"] = plan_prefill([4096], [4096], 8, 8, num_sms=132)
     for cls, plan in plans.items():
         assert plan.work_class == cls
         launch = plan.launch_config()
@@ -203,6 +207,38 @@ def test_plan_carries_its_class_launch_config():
     assert forced.tokens_per_split % 64 == 0
     with pytest.raises(ValueError, match="unknown launch keys"):
         plan_prefill([16], [100], 1, 8, launch={"bogus": 1})
+
+
+def test_wide_tiles_where_they_fill_the_gpu(monkeypatch):
+    # "tiles_wide": the causal chunks whose wider tiles still give >= 1 program per SM. Small
+    # tiles on CPU (the class's block_m is its knob), a 2-SM "GPU" so that the class is chosen.
+    wide = {"block_m": 64, "block_n": 16, "num_warps": 4, "num_stages": 1} if not ON_GPU else {}
+    monkeypatch.setitem(
+        PREFILL_LAUNCH_CONFIGS,
+        "tiles_wide",
+        {**PREFILL_LAUNCH_CONFIGS["tiles_wide"], "block_m": 256, **wide},
+    )
+    ctx, new = [c * SCALE for c in (0, 33, 70)], [40, 19, 5]
+    lens = [c + n for c, n in zip(ctx, new, strict=True)]
+    sms = 2 if not ON_GPU else 3
+    plan = plan_prefill(new, lens, 2, 4, block_m=32 if not ON_GPU else 128, num_sms=sms,
+                        device=DEVICE)  # fmt: skip
+    assert plan.work_class == "tiles_wide" and plan.n_slots == 0
+    assert plan.block_m == PREFILL_LAUNCH_CONFIGS["tiles_wide"]["block_m"]
+    # Not where the wide tiles leave SMs idle, nor for non-causal passes, nor a forced block_m.
+    assert plan_prefill(new, lens, 2, 4, num_sms=132).work_class != "tiles_wide"
+    assert plan_prefill(new, lens, 2, 4, num_sms=sms, causal=False).work_class != "tiles_wide"
+    forced = plan_prefill(new, lens, 2, 4, num_sms=sms, launch={"block_m": 128})
+    assert forced.work_class != "tiles_wide"
+
+    g = torch.Generator(device=DEVICE).manual_seed(11)
+    q, kv, cu = make_prefill_batch(ctx, new, 2, 4, HEAD_DIM, 16, torch.bfloat16, DEVICE, g, 2)
+    out = torch.full_like(q, float("nan"))
+    paged_prefill_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu,
+                            out=out, plan=plan)  # fmt: skip
+    assert bool(torch.isfinite(out).all())
+    ref, _ = paged_prefill_reference(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
+    assert rel_err(out, ref) < TOL
 
 
 @pytest.mark.parametrize("new", [1, 16, 64])
@@ -218,8 +254,12 @@ def test_split_count_fills_one_wave(new):
 def test_block_q_follows_the_longest_chunk():
     assert plan_prefill([1], [100], 1, 8).block_q == 2  # 16 rows: one token x 8 heads, padded
     assert plan_prefill([3, 1], [100, 9], 1, 4).block_q == 4
-    assert plan_prefill([5000], [5000], 1, 8).block_q == 16
-    assert plan_prefill([5000], [5000], 1, 1).block_q == 128
+    # 128 rows (the wide class off: a block_m in the launch config keeps the plan's)
+    assert plan_prefill([5000], [5000], 1, 8, launch={"block_m": 128}).block_q == 16
+    assert plan_prefill([5000], [5000], 1, 1, launch={"block_m": 128}).block_q == 128
+    # 157 wide tiles of 32 tokens x 8 heads fill 132 SMs: the planner takes them
+    wide = PREFILL_LAUNCH_CONFIGS["tiles_wide"]["block_m"] // 8
+    assert plan_prefill([5000], [5000], 1, 8, num_sms=132).block_q == max(16, wide)
 
 
 def test_prefill_flops_are_causal():
