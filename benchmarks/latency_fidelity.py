@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.cascade import prefix_pass
 from sim.config import GpuConfig, ModelConfig
 from sim.latency import StepPlan
 from sim.latency.calibrated import CalibratedLatency, find_table, load_calibration
@@ -46,7 +47,7 @@ def evaluate(calibration: dict, fidelity: dict, gpu_name: str = "h200") -> dict[
             dec = np.asarray(rec["decode_ctx"], dtype=np.int64)
             groups = rec.get("cascade_groups") or []
             # A cascade step is priced as sim.cascade.CascadeExecutor prices it: the decodes'
-            # contexts shrink to their tails, plus one shared-prefix pass per group.
+            # contexts shrink to their tails, plus one shared-prefix pass for all groups.
             shared = np.repeat([p for _, p in groups], [s for s, _ in groups]).astype(np.int64)
             dec = dec - np.pad(shared, (0, dec.size - shared.size))
             plan = StepPlan(
@@ -55,7 +56,9 @@ def evaluate(calibration: dict, fidelity: dict, gpu_name: str = "h200") -> dict[
                 decode_ctx=dec,
             )
             pred = lat.measured_part_s(plan)
-            pred += sum(lat.cascade_prefix_s(s, p) for s, p in groups)
+            if groups:
+                size, pairs = prefix_pass([(s, p) for s, p in groups])
+                pred += lat.cascade_prefix_s(size, round(pairs / size))
             rows.append(
                 {
                     "kind": rec.get("kind", "base"),

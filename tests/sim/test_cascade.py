@@ -1,11 +1,12 @@
-"""Cascade decode pricing: groups found from block tables, shared tokens priced once per group."""
+"""Cascade decode pricing: groups found from block tables, every group's shared tokens priced in
+one prefix pass (the kernel's one launch)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sim.cascade import CascadeExecutor, shared_prefix_groups
+from sim.cascade import CascadeExecutor, prefix_pass, shared_prefix_groups
 from sim.config import parse_config
 from sim.executor import ModelledExecutor
 from sim.latency import make_latency_model
@@ -49,6 +50,25 @@ def test_cascade_prices_tails_plus_one_prefix_pass_per_group():
     assert cascade == pytest.approx(expected, rel=1e-12)
     plain = ModelledExecutor(latency).run_step(0, step, 0.0)
     assert cascade < plain  # the shared prefix is read once instead of 32 times
+
+
+def test_groups_of_a_step_are_priced_as_one_prefix_pass():
+    cfg = parse_config({"model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1}})
+    latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+    a, b = list(range(128)), list(range(200, 264))  # 2,048 and 1,024 shared tokens
+    items = [decode(i, [*a, 1000 + i]) for i in range(16)]
+    items += [decode(100 + i, [*b, 2000 + i]) for i in range(48)]
+    step = Step(items=items)
+    groups = [(16, 2048), (48, 1024)]
+    assert shared_prefix_groups(items, PAGE) == groups
+    assert prefix_pass(groups) == (64, 16 * 2048 + 48 * 1024)
+    cascade = CascadeExecutor(latency, None, PAGE).run_step(0, step, 0.0)
+    tail_sum = step.shape().decode_ctx_sum - (16 * 2048 + 48 * 1024)
+    expected = latency.shape_time_s(StepShape([], [], 64, tail_sum))
+    expected += latency.cascade_prefix_s(64, 1280)  # (16 x 2048 + 48 x 1024) / 64 tokens
+    assert cascade == pytest.approx(expected, rel=1e-12)
+    per_group = sum(latency.cascade_prefix_s(s, t) for s, t in groups)
+    assert latency.cascade_prefix_s(64, 1280) <= per_group
 
 
 def test_a_step_where_the_cascade_does_not_pay_runs_the_plain_kernel():
