@@ -55,6 +55,27 @@ def paged_prefill_torch(
     return out
 
 
+class TorchPrefillLaunch:
+    """`paged_prefill_torch` prepared as the kernel's launches are (`prepare_prefill`): bound to
+    the step's tables once, issued per layer with that layer's K/V."""
+
+    def __init__(self, q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, **kw):
+        self.tables, self.lens, self.cu = block_tables, seq_lens, cu_seqlens_q
+        self.q, self.out = q, kw.get("out")
+
+    def launch(self, k_cache, v_cache, q=None, out=None):
+        q = self.q if q is None else q
+        out = self.out if out is None else out
+        return paged_prefill_torch(q, k_cache, v_cache, self.tables, self.lens, self.cu, out=out)
+
+    __call__ = launch
+
+
+def prepare_prefill_torch(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, **kw):
+    """The torch reference path in `prepare_prefill`'s shape (the model's test double)."""
+    return TorchPrefillLaunch(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, **kw)
+
+
 PREFILL_BACKEND = "triton"  # paged_prefill_attention: the Triton kernel (the torch path: tests)
 
 
@@ -72,4 +93,5 @@ __all__ = [
     "paged_prefill_attention",
     "paged_prefill_torch",
     "prefill_plan",
+    "prepare_prefill_torch",
 ]

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from kernels.paged_decode import PreparedAttention
     from kernels.paged_prefill import PrefillPlan
 
 
@@ -46,6 +47,9 @@ class StepInputs:
     prefill_seq_lens: list[int]
     prefill_plan: PrefillPlan | None = None  # set by the model
     decode_num_splits: int | None = None  # fixed split count (CUDA graphs); None: per step
+    # The step's attention launches, prepared at the first layer and issued by every layer
+    # (engine.model.PagedModel.attention): (launch, first row, end row) per kernel family.
+    attention: list[tuple[PreparedAttention, int, int]] | None = None
 
     @property
     def num_chunks(self) -> int:

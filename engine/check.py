@@ -266,10 +266,10 @@ def run(shape_name: str, device: str, seed: int = 0) -> dict:
     model_torch = PagedModel(shape, w, pool)
     import engine.model as m
 
-    kernel = m.paged_prefill_attention
+    kernel = m.prepare_prefill
     # The torch path takes only the arguments the model passes, not the kernel's tuning ones, so
     # the swap is not type-compatible: it is a test double, set by name.
-    setattr(m, "paged_prefill_attention", attention.paged_prefill_torch)  # noqa: B010
+    setattr(m, "prepare_prefill", attention.prepare_prefill_torch)  # noqa: B010
     try:
         out["torch_prefill_path"] = chunked_then_decode(
             model_torch,
@@ -281,7 +281,7 @@ def run(shape_name: str, device: str, seed: int = 0) -> dict:
             2,
         )
     finally:
-        m.paged_prefill_attention = kernel
+        m.prepare_prefill = kernel
     if device == "cuda":
         del model, model_torch, pool
         out["decode_graphs"] = decode_graph_bench(shape, w, device)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.attention import paged_decode_attention, paged_prefill_attention, prefill_plan
+from engine.attention import prefill_plan
 from engine.batch import SeqWork, StepInputs, build_step
 from engine.kv_pool import KVPool
 from engine.layers import (
@@ -28,6 +28,8 @@ from engine.layers import (
 )
 from engine.shape import ModelShape
 from engine.weights import Weights
+from kernels.paged_decode import PreparedAttention, prepare_decode
+from kernels.paged_prefill import prepare_prefill
 
 
 class PagedModel:
@@ -134,12 +136,33 @@ class PagedModel:
     ) -> torch.Tensor:
         """Layer i's attention of the step's rows of q: decodes by the paged decode kernel,
         prefill chunks by the paged prefill kernel. Rows of q past step.num_tokens (padding of
-        a graphed step) are left alone."""
+        a graphed step) are left alone.
+
+        The launches are prepared once per step, at its first layer (validation, split choice,
+        workspaces, constant arguments), and every layer issues them with its own K/V views:
+        the wrappers did all of that per layer, ~0.2 ms of host time each, which made a step
+        with a prefill chunk host-bound (the piecewise graphs issue attention eagerly)."""
         k_pool, v_pool = self.pool.layer(i)
         out = torch.empty_like(q) if out is None else out  # [T, hq, d]
+        if step.attention is None:
+            step.attention = self.prepare_attention(step, q, out, k_pool, v_pool)
+        for launch, a, b in step.attention:
+            launch(k_pool, v_pool, q=q[a:b], out=out[a:b])
+        return out
+
+    def prepare_attention(
+        self,
+        step: StepInputs,
+        q: torch.Tensor,
+        out: torch.Tensor,
+        k_pool: torch.Tensor,
+        v_pool: torch.Tensor,
+    ) -> list[tuple[PreparedAttention, int, int]]:
+        """The step's attention launches: the decode rows [0, nd), the chunk rows [nd, nt)."""
         nd, nt = step.num_decodes, step.num_tokens
+        launches: list[tuple[PreparedAttention, int, int]] = []
         if nd:
-            paged_decode_attention(
+            decode = prepare_decode(
                 q[:nd],
                 k_pool,
                 v_pool,
@@ -151,8 +174,9 @@ class PagedModel:
                 num_splits=step.decode_num_splits,
                 check_bounds=False,
             )
+            launches.append((decode, 0, nd))
         if nt > nd:
-            paged_prefill_attention(
+            prefill = prepare_prefill(
                 q[nd:nt],
                 k_pool,
                 v_pool,
@@ -163,7 +187,8 @@ class PagedModel:
                 plan=step.prefill_plan,
                 check_bounds=False,
             )
-        return out
+            launches.append((prefill, nd, nt))
+        return launches
 
     def _gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         if self.tp == 1:

@@ -29,7 +29,7 @@ def weights():
 @pytest.fixture(params=BACKENDS)
 def model(request, weights, monkeypatch):
     if request.param == "torch":
-        monkeypatch.setattr("engine.model.paged_prefill_attention", attention.paged_prefill_torch)
+        monkeypatch.setattr("engine.model.prepare_prefill", attention.prepare_prefill_torch)
     pool = KVPool(TINY.num_layers, 24, TINY.num_kv_heads, PAGE, TINY.head_dim, "cpu", poison=True)
     return PagedModel(TINY, weights, pool)
 
