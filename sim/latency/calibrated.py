@@ -177,11 +177,13 @@ class _Grid1:
 
 
 class _Grid2:
-    __slots__ = ("xs", "ys", "ms")
+    __slots__ = ("xs", "ys", "ms", "_ya", "_ma")
 
     def __init__(self, xs: Any, ys: Any, ms: Any):
         self.xs, self.ys = [float(v) for v in xs], [float(v) for v in ys]
         self.ms = [[float(v) for v in row] for row in ms]
+        # The same floats as arrays, for `many` (built once: it runs once per decode span).
+        self._ya, self._ma = np.asarray(self.ys), np.asarray(self.ms)
 
     def __call__(self, x: float, y: float) -> float:
         """interp2 inlined (one call per step and chunk): the same operations, the same float."""
@@ -206,14 +208,16 @@ class _Grid2:
 
     def many(self, x: float, y: np.ndarray) -> np.ndarray:
         """`self(x, v)` for every v in y (float64), elementwise the same operations."""
-        ys = self.ys
+        ya = self._ya
         i, t = _weights(x, self.xs)
-        ya = np.asarray(ys)
-        j = np.minimum(np.searchsorted(ya, y, side="right") - 1, len(ys) - 2)
-        below = y <= ys[0]
-        j = np.where(below, 0, j)
-        u = np.where(below, 0.0, (y - ya[j]) / (ya[j + 1] - ya[j]))
-        z0, z1 = np.asarray(self.ms[i]), np.asarray(self.ms[i + 1])
+        j = np.minimum(np.searchsorted(ya, y, side="right") - 1, ya.size - 2)
+        below = y <= ya[0]
+        if below.any():  # else j >= 0 already and u is the plain formula
+            j = np.where(below, 0, j)
+            u = np.where(below, 0.0, (y - ya[j]) / (ya[j + 1] - ya[j]))
+        else:
+            u = (y - ya[j]) / (ya[j + 1] - ya[j])
+        z0, z1 = self._ma[i], self._ma[i + 1]
         return (
             (1 - t) * (1 - u) * z0[j]
             + t * (1 - u) * z1[j]
