@@ -72,7 +72,12 @@ class Scored:
         self.p = params
 
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
-        idle_s = np.maximum(0.0, now - stats.last_access_s[pages])
-        decay = np.exp2(-idle_s / self.p.half_life_s)
+        # The formula above, operation by operation (the same floats), in one scratch array.
+        score = np.subtract(now, stats.last_access_s[pages])
+        np.maximum(0.0, score, out=score)  # idle_s
+        np.negative(score, out=score)
+        np.divide(score, self.p.half_life_s, out=score)
+        np.exp2(score, out=score)  # decay
+        np.multiply(stats.hit_count[pages], score, out=score)
         prefix_tokens = stats.prefix_pages[pages] * stats.page_size
-        return stats.hit_count[pages] * decay + self.p.length_weight * prefix_tokens / 1000.0
+        return np.add(score, self.p.length_weight * prefix_tokens / 1000.0, out=score)

@@ -80,21 +80,25 @@ class RoutingTable:
     def __init__(self, num_nodes: int):
         self.num_nodes = num_nodes
         self.key_to_nodes: dict[int, int] = {}  # page key -> bitmask of nodes caching it
+        # One int object per node's bit: a key only one node holds shares it (at hundreds of
+        # nodes a bitmask is a ~60-byte int; millions of keys would each hold a copy).
+        self._bits = [1 << node for node in range(num_nodes)]
 
     def on_cache_event(self, event: str, keys: list[int], node: int) -> None:
         """A node stored (indexed) or removed (evicted) these pages."""
-        table, bit = self.key_to_nodes, 1 << node
+        table, bit = self.key_to_nodes, self._bits[node]
         if event == "stored":
-            get = table.get
+            put = table.setdefault
             for key in keys:
-                table[key] = get(key, 0) | bit
+                holders = put(key, bit)
+                if not holders & bit:
+                    table[key] = holders | bit
             return
+        clear, take = ~bit, table.pop
         for key in keys:
-            holders = table.get(key, 0) & ~bit
+            holders = take(key, 0) & clear
             if holders:
                 table[key] = holders
-            else:
-                table.pop(key, None)
 
     def nodes_holding(self, key: int) -> list[int]:
         holders = self.key_to_nodes.get(key, 0)

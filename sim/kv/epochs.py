@@ -41,9 +41,10 @@ class Epochs:
         """When the readers of every step up to `epoch` have exited."""
         return self._exit_s[epoch]
 
+    def last_exited(self, now: float) -> int:
+        """The latest epoch whose readers (and every earlier step's) have all exited by `now`."""
+        return bisect.bisect_right(self._exit_s, now) - 1
+
     def safe(self, release_epochs: np.ndarray, now: float) -> np.ndarray:
         """bool per page released in these epochs: may it be reused at `now`?"""
-        last_exited = (
-            bisect.bisect_right(self._exit_s, now) - 1
-        )  # readers of steps <= this are gone
-        return release_epochs <= last_exited
+        return release_epochs <= self.last_exited(now)

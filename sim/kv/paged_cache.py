@@ -240,16 +240,16 @@ class PagedKVCache:
 
     # -- eviction ----------------------------------------------------------------------------
     def _candidates(self, now: float) -> np.ndarray:
-        """Evictable pages: cached, outside the protected zone, no reader left (epoch)."""
-        cand = np.flatnonzero(self.pool.state == CACHED)
+        """Evictable pages, ascending: cached, outside the protected zone, no reader left (epoch).
+        One mask over the pool (no gathers): the same pages as filtering the cached ones."""
+        pool = self.pool
+        evictable = pool.state == CACHED
         zone = self.protected_pages()
-        if zone.size and cand.size:
-            inside = np.zeros(self.pool.num_pages, dtype=bool)
-            inside[zone] = True
-            cand = cand[~inside[cand]]
-        if self.pool.epoch_reclaim and cand.size:
-            cand = cand[self.pool.epochs.safe(self.pool.release_epoch[cand], now)]
-        return cand
+        if zone.size:
+            evictable[zone] = False
+        if pool.epoch_reclaim:
+            evictable &= pool.release_epoch <= pool.epochs.last_exited(now)
+        return np.flatnonzero(evictable)
 
     def _evict(self, need: int, now: float) -> None:
         """Free at least `need` pages (and the batch minimum) by the policy's priority order."""
@@ -264,8 +264,7 @@ class PagedKVCache:
             )
             k = min(candidates.size, target - freed)
             if k < candidates.size:  # the k lowest, plus every page tied with the k-th
-                kth = priority[np.argpartition(priority, k - 1)[k - 1]]
-                keep = priority <= kth
+                keep = priority <= np.partition(priority, k - 1)[k - 1]
                 candidates, priority = candidates[keep], priority[keep]
             # Lowest priority first; ties: deeper (tail) pages first, then lower page id.
             order = np.lexsort((candidates, -self.index.depth[candidates], priority))[:k]

@@ -178,8 +178,14 @@ class TwoLevelIndex(IndexBase):
 
     def _forget(self, pages: np.ndarray) -> None:
         slots = self.key_to_page
+        keys = self.page_key[pages].tolist()
+        if not self.overflow:  # every indexed page holds its key's slot: one dict operation each
+            for page, key in zip(pages.tolist(), keys, strict=True):
+                if slots.pop(key) != page:
+                    raise AssertionError(f"page {page} did not hold its slot")
+            return
         for page, key, parent in zip(
-            pages.tolist(), self.page_key[pages].tolist(), self.parent[pages].tolist(), strict=True
+            pages.tolist(), keys, self.parent[pages].tolist(), strict=True
         ):
             if slots.get(key) == page:
                 del slots[key]
