@@ -11,7 +11,7 @@ other event, as the timeout it replaces: results are identical to the step-by-st
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heapreplace
 from typing import Any, Protocol
 
 import simpy
@@ -19,8 +19,14 @@ from simpy.core import NORMAL
 
 
 class StepEnd(Protocol):
+    def quiet_end(self) -> float | None:
+        """The clock is at the end of the step this actor parked: if that end changes nothing
+        outside the actor (a step inside a node's decode span), count it and return when the
+        next step ends (the clock parks it); else None (the clock calls `step_ended`)."""
+        ...
+
     def step_ended(self) -> None:
-        """The clock is at the end of the step this actor parked."""
+        """The clock is at the end of the step this actor parked (not a quiet one)."""
         ...
 
 
@@ -52,12 +58,17 @@ class Clock(simpy.Environment):
 
     def step(self) -> None:
         """Run the parked step ends due before SimPy's next event, then that event."""
-        ends, queue = self._step_ends, self._queue
+        ends, queue, eid = self._step_ends, self._queue, self._eid
         # Ids are unique, so the tuples compare on (time, priority, id) and never further.
         while ends and (not queue or ends[0] < queue[0]):  # type: ignore[operator]
-            at_s, _, _, actor = heappop(ends)
+            at_s, _, _, actor = ends[0]
             self._now = at_s
             self.num_step_ends += 1
-            actor.step_ended()
+            next_s = actor.quiet_end()
+            if next_s is None:
+                heappop(ends)
+                actor.step_ended()
+            else:  # pop this end and park the next one (as `park` would), in one heap pass
+                heapreplace(ends, (next_s, NORMAL, next(eid), actor))
         self.num_events += 1
         super().step()

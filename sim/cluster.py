@@ -219,8 +219,8 @@ class Cluster:
     def _can_ever_fit(self, seq: Sequence) -> bool:
         """Could an empty node place this request whole? If not it fails at once rather than
         blocking its node's queue for the rest of the run (same arithmetic as admission)."""
-        node = self.nodes[0]
-        return node.kv.can_ever_fit(seq, node.headroom_tokens)
+        node = self.nodes[0]  # its pool's size only: no need to bring a decode span up to date
+        return node.scheduler.kv.can_ever_fit(seq, node.headroom_tokens)
 
     def _on_crash(self, node_id: int, lost: list[Sequence]) -> None:
         """A node's serving process died with these requests: an open-loop request fails; a

@@ -81,7 +81,7 @@ class Recorder:
                 u.allocated_bytes // tb,
                 node.waiting_prompt_tokens,
                 u.capacity_bytes // tb,
-                len(node.waiting) + len(node.running),
+                node.num_waiting + node.num_running,
                 node.cfg.max_num_seqs,
             )
             self.rows.append(
@@ -95,8 +95,8 @@ class Recorder:
                     u.cached_bytes,
                     u.retired_bytes,
                     u.fragmentation_bytes,
-                    len(node.waiting),
-                    len(node.running),
+                    node.num_waiting,
+                    node.num_running,
                     load,
                     u.internal_frag_bytes,
                     u.index_bytes,

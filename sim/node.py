@@ -25,6 +25,9 @@ what the step-by-step driver would show at that moment.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import reduce
+from itertools import accumulate, islice
+from operator import add
 
 import simpy
 from simpy.core import URGENT
@@ -122,6 +125,16 @@ class Node:
         return self.scheduler.running
 
     @property
+    def num_waiting(self) -> int:
+        """len(waiting), without bringing a span up to date (a span never changes the queues)."""
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        """len(running), likewise."""
+        return len(self.scheduler.running)
+
+    @property
     def num_preemptions(self) -> int:
         return self.scheduler.num_preemptions
 
@@ -176,15 +189,17 @@ class Node:
         if wait is not None:
             wait.callbacks.append(self._serve)
 
-    def step_ended(self) -> None:
+    def quiet_end(self) -> float | None:
         """The clock reached the end of this node's parked step (sim/clock.py). Inside a span
-        the end only counts (park the next step at its known price); see `_sync`."""
-        if self._span_left:
-            self._span_left -= 1
-            self._span_index += 1
-            env = self.env
-            env.park(env._now + self._span_prices[self._span_index], self)  # type: ignore[attr-defined]
-            return
+        the end only counts: returns when the next step ends, at its known price (see `_sync`);
+        else None."""
+        if not self._span_left:
+            return None
+        self._span_left -= 1
+        index = self._span_index = self._span_index + 1
+        return self.env._now + self._span_prices[index]
+
+    def step_ended(self) -> None:
         self._serve()
 
     def _advance(self) -> simpy.Event | None:
@@ -262,12 +277,13 @@ class Node:
             return
         step = self._in_flight[0]  # type: ignore[index]
         prices, times = self._span_prices, self._span_times
-        while len(times) <= k:  # the clock parked each end at the previous one plus its price
-            times.append(times[-1] + prices[len(times) - 1])
-        for i in range(self._span_counted, k):
-            self.busy_s += prices[i]
-        self.num_steps += k - self._span_counted
-        self.num_span_steps += k - self._span_counted
+        if len(times) <= k:  # the clock parked each end at the previous one plus its price
+            last = len(times) - 1
+            times.extend(islice(accumulate(prices[last:k], initial=times[last]), 1, None))
+        counted = self._span_counted
+        self.busy_s = reduce(add, prices[counted:k], self.busy_s)  # += each, in order
+        self.num_steps += k - counted
+        self.num_span_steps += k - counted
         self._span_counted = k
         self.scheduler.repeat_decodes(step, times[self._span_applied : k + 1])
         self._span_applied = k + 1
