@@ -21,9 +21,16 @@ from sim.views import NodeView, RouteQuery
 __all__ = ["RoutingPolicy"]
 
 
-def least_loaded_index(views: Sequence[NodeView]) -> int:
-    """Fewest outstanding requests; ties go to the lower load, then the lower index."""
-    return min(range(len(views)), key=lambda i: (views[i].outstanding, views[i].load, i))
+def least_loaded_index(views: Sequence[NodeView], among: Sequence[int] | None = None) -> int:
+    """Fewest outstanding requests; ties go to the lower load, then the lower index. `among`: only
+    these indices, else every view. (Loads are computed only where the counts tie.)"""
+    candidates = range(len(views)) if among is None else among
+    outstanding = [views[i].num_waiting + views[i].num_running for i in candidates]
+    fewest = min(outstanding)
+    tied = [i for i, n in zip(candidates, outstanding, strict=True) if n == fewest]
+    if len(tied) == 1:
+        return tied[0]
+    return min(tied, key=lambda i: (views[i].load, i))
 
 
 class RoundRobin:
@@ -113,10 +120,7 @@ def affinity_choice(
     if longest == 0:
         return least_loaded_index(views)
     holders = [i for i, m in enumerate(matched) if m == longest]
-    if p.tie_break == "first":
-        best = holders[0]
-    else:
-        best = min(holders, key=lambda i: (views[i].outstanding, views[i].load, i))
+    best = holders[0] if p.tie_break == "first" else least_loaded_index(views, holders)
     if p.fallback and views[best].load > p.load_threshold:
         return least_loaded_index(views)
     return best

@@ -54,20 +54,24 @@ class Router:
     def views(self, keys) -> list[NodeView]:
         """Every node as the policy sees it; the cached prefix only for policies that ask for it."""
         matched = self.table.matched_pages(keys).tolist() if self.needs_prefix_match else None
+        page_size, capacity, new = self.page_size, self.kv_capacity_tokens, tuple.__new__
         out = []
         for i, node in enumerate(self.nodes):
             kv = node.kv
             out.append(
-                NodeView(
-                    i,
-                    len(node.waiting),
-                    len(node.running),
-                    self.kv_capacity_tokens,
-                    kv.free_tokens(),
-                    kv.used_tokens(),
-                    node.waiting_prompt_tokens,
-                    matched[i] * self.page_size if matched is not None else 0,
-                    node.cfg.max_num_seqs,
+                new(  # NodeView's fields in order (tuple.__new__: no keyword handling per node)
+                    NodeView,
+                    (
+                        i,
+                        len(node.waiting),
+                        len(node.running),
+                        capacity,
+                        kv.free_tokens(),
+                        kv.used_tokens(),
+                        node.waiting_prompt_tokens,
+                        matched[i] * page_size if matched is not None else 0,
+                        node.cfg.max_num_seqs,
+                    ),
                 )
             )
         return out
@@ -81,7 +85,7 @@ class Router:
         views = self.views(seq.keys)
         # A crashed node is down until it restarts: the policy chooses among the others (if
         # every node is down, among all: the request is lost or waits there, sim/node.py).
-        up = [v for v in views if not self.nodes[v.node_id].down] or views
+        up = [v for v, node in zip(views, self.nodes, strict=True) if not node.down] or views
         choice = self.policy.route(query, up)
         if not 0 <= choice < len(up):
             raise AssertionError(f"routing policy returned node {choice} of {len(up)}")
