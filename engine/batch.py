@@ -46,7 +46,10 @@ class StepInputs:
     prefill_q_lens: list[int]  # host copies (the prefill kernel's work list is built from them)
     prefill_seq_lens: list[int]
     prefill_plan: PrefillPlan | None = None  # set by the model
-    decode_num_splits: int | None = None  # fixed split count (CUDA graphs); None: per step
+    decode_num_splits: int | None = None  # a forced split count; None: the kernel's heuristic
+    # Decode graphs: the split read from device memory (int32 [2]), at most decode_max_splits.
+    decode_split_tensor: torch.Tensor | None = None
+    decode_max_splits: int | None = None
     # The step's attention launches, prepared at the first layer and issued by every layer
     # (engine.model.PagedModel.attention): (launch, first row, end row) per kernel family.
     attention: list[tuple[PreparedAttention, int, int]] | None = None

@@ -124,6 +124,7 @@ def _median_s(fn, reps: int = 15) -> float:
 def decode_graph_bench(shape, w, device, batches=(1, 16, 64, 256), ctx=2048) -> dict:
     """Decode-only step wall time (host to sampled tokens), eager vs CUDA graph, and their logits."""
     from engine.graphs import DecodeGraphs
+    from kernels.paged_decode import decode_splits
 
     num_pages = 4096
     pool = KVPool(shape.num_layers, num_pages + 1, shape.num_kv_heads, PAGE, shape.head_dim, device)
@@ -131,7 +132,9 @@ def decode_graph_bench(shape, w, device, batches=(1, 16, 64, 256), ctx=2048) -> 
     model = PagedModel(shape, w, pool)
     graphs = DecodeGraphs(model, max_model_len=40960, scratch_page=num_pages)
     t = time.perf_counter()
-    graphs.capture(batches, lens=(ctx,))
+    hkv = shape.num_kv_heads
+    caps = {graphs.cap_for(decode_splits(b, b * ctx, ctx, hkv, device)[0]) for b in batches}
+    graphs.capture(batches, caps=sorted(caps))
     out = {"capture_s": round(time.perf_counter() - t, 2), "ctx": ctx}
     rng = np.random.default_rng(1)
     for b in batches:
@@ -185,10 +188,11 @@ def mixed_graph_bench(shape, w, device, ctx=2048) -> dict:
 def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> dict:
     """One layer's paged decode attention (kernels.paged_decode) as the serving engine runs it,
     against the conditions the calibration measured it in: ms per call (CUDA events, median of
-    30) for the split count of the kernel's heuristic vs the decode graph's (its bucket), and for
-    pages spread at random over a serving-size pool vs consecutive pages."""
-    from engine.graphs import length_buckets
-    from kernels.paged_decode import paged_decode_attention
+    30) with the split of the kernel's heuristic chosen on the host vs read from device memory
+    under a decode graph's split cap (engine/graphs.py), and for pages spread at random over a
+    serving-size pool vs consecutive pages."""
+    from engine.graphs import split_caps
+    from kernels.paged_decode import decode_split_bound, decode_splits, paged_decode_attention
 
     hkv, d = shape.num_kv_heads, shape.head_dim
     k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
@@ -201,13 +205,16 @@ def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> d
         "consecutive": np.arange(batch * per_seq).reshape(batch, per_seq),
     }
     lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
-    padded = next(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b >= batch)
-    bucket = next(b for b in length_buckets(40960) if b >= ctx)
+    num_splits, per_split = decode_splits(batch, batch * ctx, ctx, hkv, device)
+    caps = split_caps(decode_split_bound(1, 40960, hkv, device))
+    split_tensor = torch.tensor([num_splits, per_split], dtype=torch.int32, device=device)
     splits = {
         "heuristic": dict(max_seq_len=ctx, total_tokens=batch * ctx),
-        "graph_bucket": dict(max_seq_len=bucket, total_tokens=padded * bucket),
+        "graph_split_tensor": dict(
+            split_tensor=split_tensor, max_splits=next(c for c in caps if c >= num_splits)
+        ),
     }
-    out: dict = {"batch": batch, "ctx": ctx, "pool_pages": pool_pages}
+    out: dict = {"batch": batch, "ctx": ctx, "pool_pages": pool_pages, "num_splits": num_splits}
     for tname, table in tables.items():
         t = torch.from_numpy(table.astype(np.int32)).to(device)
         for sname, kw in splits.items():

@@ -169,10 +169,8 @@ class PagedModel:
                 step.decode_tables,
                 step.decode_lens,
                 out=out[:nd],
-                max_seq_len=step.decode_max_len,
-                total_tokens=step.decode_total,
-                num_splits=step.decode_num_splits,
                 check_bounds=False,
+                **decode_split_args(step),
             )
             launches.append((decode, 0, nd))
         if nt > nd:
@@ -196,6 +194,18 @@ class PagedModel:
         parts = [torch.empty_like(logits) for _ in range(self.tp)]
         torch.distributed.all_gather(parts, logits.contiguous(), group=self.group)
         return torch.cat(parts, dim=-1)
+
+
+def decode_split_args(step: StepInputs) -> dict:
+    """How the decode kernel splits: from device memory (a decode graph), forced, or its own
+    heuristic on the step's host-side lengths."""
+    if step.decode_split_tensor is not None:
+        return {"split_tensor": step.decode_split_tensor, "max_splits": step.decode_max_splits}
+    return {
+        "num_splits": step.decode_num_splits,
+        "max_seq_len": step.decode_max_len,
+        "total_tokens": step.decode_total,
+    }
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:

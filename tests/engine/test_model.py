@@ -103,10 +103,20 @@ def test_weights_are_the_same_under_tensor_parallel_slicing():
     assert torch.equal(torch.cat([r0.lm_head, r1.lm_head]), full.lm_head)
 
 
-def test_decode_graph_inputs_match_the_eager_step(model, weights):
-    """DecodeGraphs' static buffers (padded batch, scratch page, fixed splits) give the eager
-    step's logits; on CPU nothing is captured, the same static inputs run eagerly."""
+@pytest.mark.parametrize("forced_splits", [None, 2, 3])
+def test_decode_graph_inputs_match_the_eager_step(model, weights, forced_splits, monkeypatch):
+    """DecodeGraphs' static buffers (padded batch, scratch page, the split read from device
+    memory under a split cap) give the eager step's logits; on CPU nothing is captured, the
+    same static inputs run eagerly. These contexts get one split from the heuristic, so the
+    split is also forced to 2 and 3 (cap 2 and 4: the grid's extra programs exit)."""
+    import engine.graphs
     from engine.graphs import DecodeGraphs
+
+    if forced_splits is not None:
+        k = forced_splits
+        monkeypatch.setattr(
+            engine.graphs, "decode_splits", lambda n, total, longest, *a: (k, -(-longest // k))
+        )
 
     prompts = [tokens(10 + i, n) for i, n in enumerate((20, 33, 5))]
     tables = [[0, 1], [2, 3, 4], [5]]
@@ -114,7 +124,11 @@ def test_decode_graph_inputs_match_the_eager_step(model, weights):
         run_prompt(model, p[:-1], t, [len(p) - 1])
     works = [SeqWork(p[-1:], len(p) - 1, t, False) for p, t in zip(prompts, tables, strict=True)]
     graphs = DecodeGraphs(model, max_model_len=128, scratch_page=23)
+    if forced_splits is not None:  # the heuristic's bound at these lengths is 1 split
+        assert graphs.split_caps == (1,)
+        graphs.split_caps = (1, 2, 4)
     padded = graphs.run(works)  # 3 rows padded to 4
+    assert graphs.splits.tolist()[0] == (forced_splits or 1)
     for row, p in zip(padded, prompts, strict=True):
         assert_close(row, reference_logits(TINY, weights, torch.tensor(p))[-1])
 
