@@ -4,7 +4,9 @@
 # carry: .whl (pydantic, pydantic_core, annotated_types, typing_inspection, simpy, typing_extensions)
 #        .engine_data (the derived Azure slice)
 # env: GRAPHS (none | decode | all; default all), CONFIGS (default: the four runs), SKIP_CHECK=1,
-#      DURATION (override duration_s), KVSCHED_ENGINE_FUSED=0 (torch elementwise path)
+#      SKIP_FUSED_BENCH=1 (the check without the fused elementwise bench), DURATION (override
+#      duration_s), KVSCHED_ENGINE_FUSED=0 (torch elementwise path), SERVE_TIMEOUT (s, default
+#      480: the serving process is killed past it; the runs it wrote still come back)
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -13,10 +15,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv |
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a $OUT/gpu.txt
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
   python3 -m engine.check --shape llama-3-8b --json $OUT/check_llama3_8b.json 2>&1 | tail -n 60 > $OUT/check.log
-  python3 -m kernels.fused --bench 2>&1 | tee $OUT/fused_bench.txt
+  [ "${SKIP_FUSED_BENCH:-0}" = 1 ] || python3 -m kernels.fused --bench 2>&1 | tee $OUT/fused_bench.txt
 fi
 echo "graphs: ${GRAPHS:-all}" | tee $OUT/serve.log
-python3 -m kvsched.engine_run --graphs ${GRAPHS:-all} ${DURATION:+--duration-s $DURATION} --out-root $OUT/runs ${CONFIGS:-\
+timeout -k 10 ${SERVE_TIMEOUT:-480} python3 -m kvsched.engine_run --graphs ${GRAPHS:-all} ${DURATION:+--duration-s $DURATION} --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
   --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml \
   --config engine/runs/configs/overhead_probe.yaml} \
