@@ -129,11 +129,17 @@ def _init_tp() -> tuple[int, int]:
 
 
 def _control_group():
-    """The group the steps are broadcast over (engine/tp.py): gloo beside NCCL on GPUs
-    (KVSCHED_TP_CONTROL=nccl sends them over the model's group instead, to compare)."""
+    """The group the steps are broadcast over (engine/tp.py): gloo beside NCCL on GPUs, over
+    the loopback interface (the ranks share a host; KVSCHED_TP_CONTROL=nccl sends the steps
+    over the model's group instead, to compare). None: the model's group."""
     if dist.get_backend() == "gloo" or os.environ.get("KVSCHED_TP_CONTROL") == "nccl":
         return None
-    return dist.new_group(backend="gloo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    try:
+        return dist.new_group(backend="gloo")
+    except RuntimeError as err:  # every rank fails alike (same host, same environment)
+        print(f"gloo control group unavailable ({err}); steps go over NCCL", flush=True)
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:
