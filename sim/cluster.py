@@ -15,7 +15,7 @@ from sim.cascade import CascadeExecutor
 from sim.clock import Clock
 from sim.config import ConfigError, ExperimentConfig, PolicySpec
 from sim.executor import ModelledExecutor, StepExecutor
-from sim.kv.manager import contiguous_kv_from_config, paged_kv_from_config
+from sim.kv.manager import PagedKV, contiguous_kv_from_config, paged_kv_from_config
 from sim.kv.protocol import KVManager
 from sim.latency import make_latency_model
 from sim.metrics import Recorder
@@ -55,6 +55,7 @@ class Cluster:
         self.recorder = Recorder(cfg)
         self.step_rows: list[tuple] | None = [] if cfg.record_steps else None
         self.event_rows: list[tuple] = []  # with record_steps: events.csv (sim/steps.py)
+        self._paged: list[PagedKV] = []  # paged managers (their caches can feed the table)
         kvs = self._make_kvs()
         self.nodes = [self._make_node(i, kv) for i, kv in enumerate(kvs)]
         self.router = Router(
@@ -67,6 +68,9 @@ class Cluster:
             self.capacity_bytes // self.token_bytes,
             self.token_bytes,
         )
+        if self.router.needs_prefix_match:  # the only reader of the table: else nobody keeps it
+            for kv in self._paged:
+                kv.cache.listeners.append(self.table.on_cache_event)
         self._failures_in_a_row = 0  # closed loop: consecutive requests that can never fit
         self._in_flight = 0  # dispatched, not yet finished or failed
         self.sequences: list[Sequence] = []
@@ -81,8 +85,7 @@ class Cluster:
         paged = [
             paged_kv_from_config(self.cfg, self.latency, i, self.make_policy) for i in range(n)
         ]
-        for kv in paged:
-            kv.cache.listeners.append(self.table.on_cache_event)
+        self._paged = paged
         self.placement = make_placement(
             self.cfg, paged, lambda: self.env.now, self._wake, self._placement_strategy()
         )
