@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING
 
 import matplotlib
 import matplotlib.ticker
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
     from matplotlib.typing import ColorType
@@ -38,6 +37,10 @@ STYLE = {
     "axes.formatter.useoffset": False,
     "axes.formatter.limits": (-4, 12),
     "axes.formatter.use_locale": False,
+    # Titles sit at the top of their axes. Left to None, matplotlib looks for top tick labels to
+    # lift each title above, measuring every axis of the figure at each layout pass and draw:
+    # a fifth of the report's time, for no top tick labels and the same position.
+    "axes.titley": 1.0,
 }
 # Colour-blind-safe palette (Okabe-Ito), then tab10 for runs with many arms.
 PALETTE = [
@@ -63,15 +66,15 @@ def color(i: int) -> ColorType:  # a hex string, or an RGB tuple past the first 
 
 def style():
     """Context in which all report figures are built and saved."""
-    return plt.rc_context(STYLE)
+    return matplotlib.rc_context(STYLE)
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, width: float = 7.5, height: float = 3.2, **kw):
-    # Constrained layout places labels and outside legends in the one draw savefig makes anyway
-    # (tight_layout plus a tight bbox would draw every figure three times).
-    return plt.subplots(
-        nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained", **kw
-    )
+    """(figure, 2-D array of axes). A plain Figure, not pyplot's: nothing to register or close.
+    Constrained layout places labels and outside legends within the one draw `svg` makes
+    (tight_layout plus a tight bbox would draw every figure three times)."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
 def mpl_label(text: str) -> str:
@@ -120,9 +123,11 @@ def svg(fig, key: str) -> str:
     """The figure as an inline <svg> element; `key` salts its element ids so figures never clash."""
     _check_labels(fig)
     buf = io.StringIO()
-    with plt.rc_context({"svg.hashsalt": key}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
+    # The SVG canvas's own print draws the figure once, running the layout inside that draw;
+    # savefig would first draw it once more (discarding the output) only to run the layout.
+    # Same layout, same renderer, same bytes.
+    with matplotlib.rc_context({"svg.hashsalt": key}):
+        FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     # Drop the RDF metadata block: its namespace and resource URIs carry nothing a reader needs.
