@@ -76,6 +76,7 @@ class Node:
         self._decode_s = getattr(executor, "decode_step_s", None)
         self._repeat_ok = not exact_steps and self._decode_s is not None
         self._batch_decode = False  # the step in flight decodes the whole running batch
+        self._batch_seqs: list[Sequence] = []  # ... these requests, in batch order
         self._decode_sum = 0  # its decode contexts summed (Step.shape's decode_ctx_sum)
         # A decode span: ends of the steps not applied yet (None: no span), and how many more
         # step ends the span may run through before the node must look again.
@@ -227,7 +228,8 @@ class Node:
             if self._repeat_ok:
                 self._batch_decode = self.scheduler.is_batch_decode(step)
                 if self._batch_decode:
-                    self._decode_sum = sum(seq.num_computed + 1 for seq, _, _ in step.items)
+                    seqs = self._batch_seqs = [seq for seq, _, _ in step.items]
+                    self._decode_sum = sum([seq.num_computed for seq in seqs]) + len(seqs)
             if self.exact_steps:
                 return self.env.timeout(step_s)
             self.env.park(now + step_s, self)  # type: ignore[attr-defined]
@@ -239,16 +241,16 @@ class Node:
         same order, same floats) without planning from scratch, and park it; else False."""
         assert self._in_flight is not None and self._decode_s is not None
         step, start, step_s = self._in_flight
-        scheduler = self.scheduler
-        if not scheduler.can_repeat_decode(step):
+        scheduler, seqs = self.scheduler, self._batch_seqs
+        if not scheduler.can_repeat_decode(seqs):
             return False
         now = self.env.now
         self.busy_s += step_s
         self.num_steps += 1
         if self.on_step is not None:
             self.on_step(self.node_id, start, step_s, step)
-        span = scheduler.decode_span(step) if self._span_ok else 0
-        size = len(step.items)
+        span = scheduler.decode_span(seqs) if self._span_ok else 0
+        size = len(seqs)
         if span >= 2:  # apply this step and plan the next later (_sync), and so on span times
             first = self._decode_sum + size
             sums = list(range(first, first + size * span, size))  # steps 1 .. span
@@ -259,7 +261,7 @@ class Node:
             self._span_index = self._span_counted = self._span_applied = 0
             self._span_left = span - 1
         else:
-            scheduler.repeat_decode(step, now)
+            scheduler.repeat_decode(seqs, now)
         self._decode_sum += size
         if span >= 2:
             step_s = self._span_prices[0]
@@ -285,9 +287,10 @@ class Node:
         self.num_steps += k - counted
         self.num_span_steps += k - counted
         self._span_counted = k
-        self.scheduler.repeat_decodes(step, times[self._span_applied : k + 1])
+        seqs = self._batch_seqs
+        self.scheduler.repeat_decodes(seqs, times[self._span_applied : k + 1])
         self._span_applied = k + 1
-        self._decode_sum = self._span_first_sum + len(step.items) * k
+        self._decode_sum = self._span_first_sum + len(seqs) * k
         self._in_flight = (step, times[k], prices[k])
 
     def _complete(self) -> None:

@@ -78,6 +78,7 @@ class Scheduler:
         # (decoding requests) -> does each one's next token fit without eviction? (fast path)
         self._room_for_next_decode = getattr(kv, "room_for_next_decode", None)
         self._decode_span = getattr(kv, "decode_span", None)  # (requests, limit) -> pairs
+        self._kv_repeat_decode = getattr(kv, "repeat_decode", None)  # (requests, now): inlined
 
     def add(self, seq: Sequence) -> None:
         seq.queued_step = self.num_planned  # the first step planned with it in the queue
@@ -91,27 +92,34 @@ class Scheduler:
         """Pick (sequence, new tokens, is prefill) for one step; allocates their KV."""
         budget = self.cfg.max_num_batched_tokens
         step = Step()
-        for seq in list(self.running):
+        items, grow, running = step.items, self.kv.grow, Status.RUNNING
+        for seq in self.running[:]:  # a copy: preemption removes from the list
             if budget == 0:
                 break
-            if seq.status is not Status.RUNNING:
+            if seq.status is not running:
                 continue  # preempted earlier in this loop
-            remaining = seq.prefill_target - seq.num_computed
-            n = min(remaining, budget) if remaining > 0 else 1
-            while not self.kv.grow(seq, n, now):
-                victim = self.policy.victim(self.running)
-                self.preempt(victim)
-                step.preempted.append(victim)
-                if victim is seq:
-                    break
-            if seq.status is Status.RUNNING:
-                step.items.append((seq, n, remaining > 0))
+            remaining = seq.prompt_tokens + seq.recomputed_outputs - seq.num_computed
+            n = (remaining if remaining < budget else budget) if remaining > 0 else 1
+            if not grow(seq, n, now):
+                self._make_room(step, seq, n, now)
+            if seq.status is running:
+                items.append((seq, n, remaining > 0))
                 budget -= n
         if not step.preempted:
             self._admit_waiting(step, budget, now)
-        if step.items:
+        if items:
             self.num_planned += 1
         return step
+
+    def _make_room(self, step: Step, seq: Sequence, n: int, now: float) -> None:
+        """`seq` found no room for its n tokens: preempt (the policy's victim) until it fits or
+        it is the victim itself."""
+        while True:
+            victim = self.policy.victim(self.running)
+            self.preempt(victim)
+            step.preempted.append(victim)
+            if victim is seq or self.kv.grow(seq, n, now):
+                return
 
     def _admit_waiting(self, step: Step, budget: int, now: float) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
@@ -178,15 +186,16 @@ class Scheduler:
         """The step ended at `now`: advance its sequences; returns those that finished."""
         self.kv.end_step(now)  # a new epoch: what this step's finishes release waits for the next
         finished = []
+        on_computed = self.kv.on_computed
         for seq, n, was_prefill in step.items:
-            seq.num_computed += n
-            self.kv.on_computed(seq, n, now)
-            if was_prefill and seq.num_computed < seq.prefill_target:
+            computed = seq.num_computed = seq.num_computed + n
+            on_computed(seq, n, now)
+            if was_prefill and computed < seq.prompt_tokens + seq.recomputed_outputs:
                 continue  # more prompt chunks (or recomputed outputs) to go
-            seq.num_generated += 1
-            if seq.num_generated == 1:
+            generated = seq.num_generated = seq.num_generated + 1
+            if generated == 1:
                 seq.first_token_s = now
-            if seq.num_generated >= seq.req.output_tokens:
+            if generated >= seq.req.output_tokens:
                 self.finish(seq, now)
                 finished.append(seq)
         return finished
@@ -200,63 +209,58 @@ class Scheduler:
             return False
         return not any(pre for _, _, pre in items)
 
-    def can_repeat_decode(self, step: Step) -> bool:
-        """For a batch decode (`is_batch_decode`) in flight: would `apply` then `schedule` plan
-        the very same decode batch, with no request finishing, no admission attempt and every
-        request's next token finding room without eviction or preemption? Reads only."""
-        items = step.items
-        if (
-            self.waiting
-            and len(items) < self.cfg.max_num_batched_tokens
-            and len(items) < self.cfg.max_num_seqs
-        ):
+    def can_repeat_decode(self, seqs: list[Sequence]) -> bool:
+        """For a batch decode (`is_batch_decode`) of `seqs` in flight: would `apply` then
+        `schedule` plan the very same decode batch, with no request finishing, no admission
+        attempt and every request's next token finding room without eviction or preemption?
+        Reads only."""
+        size = len(seqs)
+        if self.waiting and size < self.cfg.max_num_batched_tokens and size < self.cfg.max_num_seqs:
             return False  # the next schedule would try to admit the waiting head
         room = self._room_for_next_decode
         if room is None:
             return False  # a KV manager without the check (cross-node placement)
-        for seq, _, _ in items:
+        for seq in seqs:
             generated = seq.num_generated
             if generated == 0 or generated + 1 >= seq.req.output_tokens:
                 return False  # its first token, or it finishes at this step's end
-        return room([seq for seq, _, _ in items])
+        return room(seqs)
 
-    def repeat_decode(self, step: Step, now: float) -> None:
-        """`apply(step, now)` then `schedule(now)` for a step `can_repeat_decode` accepted: the
-        same effects in the same order (the step object is planned again, in place)."""
+    def repeat_decode(self, seqs: list[Sequence], now: float) -> None:
+        """`apply(step, now)` then `schedule(now)` for the batch decode of `seqs` that
+        `can_repeat_decode` accepted: the same effects in the same order (the step object is
+        planned again, in place)."""
         kv = self.kv
-        fast = getattr(kv, "repeat_decode", None)
-        if fast is not None:
-            fast([seq for seq, _, _ in step.items], now)
+        if self._kv_repeat_decode is not None:
+            self._kv_repeat_decode(seqs, now)
             self.num_planned += 1
             return
         kv.end_step(now)
         on_computed = kv.on_computed
-        for seq, _, _ in step.items:
+        for seq in seqs:
             seq.num_computed += 1
             on_computed(seq, 1, now)
             seq.num_generated += 1
         grow = kv.grow
-        for seq, _, _ in step.items:
+        for seq in seqs:
             if not grow(seq, 1, now):
                 raise AssertionError("room_for_next_decode promised room")
         self.num_planned += 1
 
-    def decode_span(self, step: Step) -> int:
-        """For a step `can_repeat_decode` accepted: how many repeats in a row, this one first,
-        change nothing but counts (no request finishing, no page indexed, new pages from the
-        free list): the node may then apply them later, in one pass (`repeat_decodes`), as long
-        as nothing outside reads or changes this node meanwhile."""
+    def decode_span(self, seqs: list[Sequence]) -> int:
+        """For a batch decode of `seqs` that `can_repeat_decode` accepted: how many repeats in a
+        row, this one first, change nothing but counts (no request finishing, no page indexed,
+        new pages from the free list): the node may then apply them later, in one pass
+        (`repeat_decodes`), as long as nothing outside reads or changes this node meanwhile."""
         span = self._decode_span
         if span is None:
             return 0
-        seqs = [seq for seq, _, _ in step.items]
-        limit = min(seq.req.output_tokens - seq.num_generated for seq in seqs) - 1
+        limit = min([seq.req.output_tokens - seq.num_generated for seq in seqs]) - 1
         return span(seqs, limit)
 
-    def repeat_decodes(self, step: Step, ends: list[float]) -> None:
-        """`repeat_decode(step, now)` at each of these times, in order, for a run `decode_span`
+    def repeat_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
+        """`repeat_decode(seqs, now)` at each of these times, in order, for a run `decode_span`
         allowed: the same end state."""
-        seqs = [seq for seq, _, _ in step.items]
         self.kv.advance_decodes(seqs, ends)  # type: ignore[attr-defined]
         d = len(ends)
         for seq in seqs:
