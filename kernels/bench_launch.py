@@ -249,6 +249,7 @@ def measure(layers: int, steps: int, mock: bool) -> list[dict[str, Any]]:
             launches = run_prepared(step)
             row["bitwise_equal"] = bool(torch.equal(ref, step["out"]))
             row["fast_launches"] = sum(x.fast_launches for x in launches)
+            row["why_normal"] = sorted({b.why_normal for x in launches for b in x.launches})
             row["kernel_launches_per_layer"] = sum(len(x.launches) for x in launches)
         for name, fn in (("wrapper", run_wrapper), ("prepared", run_prepared)):
             per = _host_us(fn, step, steps, gpu)

@@ -10,7 +10,9 @@ launch).
 
 The direct path is taken only where it cannot launch a different specialisation than the normal
 path would: the swapped tensors keep the 16-byte alignment they had at the first call (Triton
-specialises pointers on it; every other argument is fixed), and no launch hooks are set. It needs
+specialises pointers on it; every other argument is fixed), and no launch hooks are set (Triton's
+hooks are HookChain objects, never None: a chain counts as set only with a hook in it; the direct
+path passes None, which the launcher skips as it skips an empty chain). It needs
 the object the normal path returns to have the launcher Triton >= 3.3 uses (`run`, `function`,
 `packed_metadata`, called as `JITFunction.run` calls it); anything else (the CPU interpreter, an
 older Triton) keeps the normal path for every call.
@@ -31,12 +33,21 @@ def _driver() -> Any:
     return driver.active
 
 
+def _hook_set(hook: Any) -> bool:
+    """A launch hook that does something: not None and, for Triton's HookChain (the default
+    since the hooks became chains, never None), one with hooks in it."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or len(calls) > 0
+
+
 def _launch_hooks_set() -> bool:
     try:
         from triton import knobs
 
         rt = knobs.runtime
-        return rt.launch_enter_hook is not None or rt.launch_exit_hook is not None
+        return _hook_set(rt.launch_enter_hook) or _hook_set(rt.launch_exit_hook)
     except Exception:  # no knobs (old Triton): say set, so the normal path is kept
         return True
 
@@ -99,6 +110,7 @@ class BoundLaunch:
         "_tried",
         "_compiled",
         "fast_launches",
+        "why_normal",
     )
 
     def __init__(
@@ -124,6 +136,7 @@ class BoundLaunch:
         self._tried = False
         self._compiled: Any = None
         self.fast_launches = 0  # calls that took the direct path (tests, benchmarks)
+        self.why_normal = ""  # why the direct path was not set up (benchmarks, diagnosis)
 
     def __call__(self, *tensors: Any) -> None:
         run = self._run
@@ -168,13 +181,16 @@ class BoundLaunch:
         compiled, self._compiled = self._compiled, None
         try:
             if compiled is None or _launch_hooks_set():
+                self.why_normal = "no compiled kernel" if compiled is None else "launch hooks"
                 return False
             full = _full_args(self.kernel, self.args, self.kwargs)
             if full is None:
+                self.why_normal = "parameters unknown"
                 return False
             run = compiled.run  # loads the module and builds the launcher if not yet done
             fn, meta = compiled.function, compiled.packed_metadata
             if not callable(run) or fn is None:
+                self.why_normal = "no launcher"
                 return False
             active = _driver()
             self._device = active.get_current_device()
@@ -182,6 +198,7 @@ class BoundLaunch:
             self._full, self._fn, self._meta = full, fn, meta
             self._run = run
             return True
-        except Exception:  # any surprise: keep the normal path
+        except Exception as exc:  # any surprise: keep the normal path
+            self.why_normal = f"{type(exc).__name__}: {exc}"[:200]
             self._run = None
             return False

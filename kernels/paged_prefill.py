@@ -89,12 +89,16 @@ _BASE_LAUNCH: dict[str, Any] = {
 # The H200 sweep of 2026-11-30 09:16 UTC (kernels/README.md; measurements/
 # bench_prefill_s3_tune.json): lazy rescale won "tiles" (8K chunk 2.80 -> 2.75 ms) and "split";
 # warp_specialize changed little (2.7594 -> 2.7509 ms with lazy rescale); 4 warps won
-# "split_small". 256-row tiles (probe of 09:32 UTC, bench_prefill_probe_s3.json): 8K chunk
-# 2.73 -> 2.47 ms, 2K over 8K 1.478 -> 1.414 ms, with 64-key tiles, 16 warps, 2 stages.
+# "split_small". "tiles_wide" is OFF (block_m 128 = the plan's rows): 256-row tiles, 64-key tiles,
+# 16 warps, 2 stages won the session-3 probe on the article shard (8K chunk 2.73 -> 2.47 ms) but
+# not across the calibrated shards (session 4, measurements/bench_wide_s4.json, wide / 128-row
+# ms): 0.88-0.92 for 4K-8K chunks and 2K over 32K at 32 q / 4 KV heads, 1.11-1.17 for 2K
+# chunks over 0-512 tokens, 1.04-1.14 for 2K-4K chunks at 32 q / 8 KV heads (geo-mean 1.008).
+# Turn it on with set_prefill_launch_configs({"tiles_wide": {"block_m": 256}}).
 PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
     "tiles": dict(_BASE_LAUNCH, warp_specialize=True, lazy_rescale=True),
     "tiles_wide": dict(
-        _BASE_LAUNCH, block_m=256, block_n=64, num_warps=16, num_stages=2, lazy_rescale=True
+        _BASE_LAUNCH, block_m=128, block_n=64, num_warps=16, num_stages=2, lazy_rescale=True
     ),  # fmt: skip
     "split": dict(_BASE_LAUNCH, lazy_rescale=True),
     "split_small": dict(_BASE_LAUNCH, num_warps=4),
@@ -431,6 +435,48 @@ def _split_counts(first: np.ndarray, tps: int) -> np.ndarray:
     return np.maximum(1, -(-first // tps)) if tps else np.ones_like(first)
 
 
+# Wave-aware split choice (`_split_length`): a program's fixed cost in key tiles (prologue, partial
+# write), and how many waves a step's splits may take.
+SPLIT_WAVE_OVERHEAD_TILES = 2
+MAX_SPLIT_WAVES = 8
+
+
+def _split_length(
+    need: np.ndarray, first: np.ndarray, num_kv_heads: int, target: int, bn: int, min_split: int
+) -> int:
+    """Key-split length (tokens, a multiple of bn) for tiles that alone leave SMs idle.
+
+    For w = 1, 2, ... waves of `target` programs: the shortest split (>= min_split and >= the
+    work over w waves) whose programs fit in w waves; its cost is the waves it takes times its
+    longest program (split tiles + a fixed SPLIT_WAVE_OVERHEAD_TILES). One wave unless more
+    waves cut that cost by > 5% (each further wave must gain 5% on the best so far): e.g. 72
+    tiles of 17K keys on 132 SMs run unsplit in one wave (2 splits each would be 144 programs,
+    a second wave as long as the first) but take 3 waves of 5 splits each (0.64 of the time)."""
+    work_tokens = int(need.sum()) * num_kv_heads
+    top = -(-int(first.max()) // bn)  # unsplit: every tile in one piece
+
+    def programs(units: int) -> int:
+        return int(_split_counts(first, units * bn).sum()) * num_kv_heads
+
+    best_cost, best_units = 0.0, top
+    for waves in range(1, MAX_SPLIT_WAVES + 1):
+        limit = waves * target
+        floor = max(min_split, -(-work_tokens // limit))
+        lo = min(-(-floor // bn), top)
+        if programs(lo) > limit:  # the shortest split that fits: programs(top) fits one wave
+            hi = top
+            while hi - lo > 1:  # programs(hi) <= limit < programs(lo)
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if programs(mid) <= limit else (mid, hi)
+            lo = hi
+        cost = -(-programs(lo) // target) * (lo + SPLIT_WAVE_OVERHEAD_TILES)
+        if waves == 1 or cost < 0.95 * best_cost:
+            best_cost, best_units = cost, lo
+        if lo * bn <= min_split:
+            break  # splits cannot get shorter
+    return best_units * bn
+
+
 def _query_tiles(
     q_lens: np.ndarray, seq_lens: np.ndarray, block_q: int, causal: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -534,22 +580,7 @@ def plan_prefill(
     if tokens_per_split is not None:
         tps = -(-tokens_per_split // bn) * bn
     elif split:
-        work_tokens = int(need.sum()) * num_kv_heads
-        tps = max(min_split_tokens, -(-work_tokens // target))
-        tps = -(-tps // bn) * bn
-
-        # Wave-aware: the shortest splits (in block_n units) that keep all programs in one
-        # wave (a second wave of a few programs would cost as much as the first). Unsplit
-        # tiles fit (that is why keys are split), so the search has an upper end.
-        def fits(units: int) -> bool:
-            return int(_split_counts(first, units * bn).sum()) * num_kv_heads <= target
-
-        lo, hi = tps // bn, max(tps // bn, -(-int(first.max()) // bn))
-        if not fits(lo):
-            while hi - lo > 1:  # fits(hi), not fits(lo)
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-            tps = hi * bn
+        tps = _split_length(need, first, num_kv_heads, target, bn, min_split_tokens)
 
     n_splits = _split_counts(first, tps)
     work_rows, comb_rows = [], []

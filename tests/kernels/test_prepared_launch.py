@@ -244,6 +244,15 @@ def test_hooks_or_no_compiled_kernel_keep_the_normal_path(monkeypatch):
     assert bl2.fast_launches == 0 and len(k2.normal) == 3
 
 
+def test_empty_hook_chains_are_not_hooks():
+    class Chain:  # Triton's HookChain: never None, empty by default
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not launch_mod._hook_set(None) and not launch_mod._hook_set(Chain([]))
+    assert launch_mod._hook_set(Chain([print])) and launch_mod._hook_set(print)
+
+
 def test_interpreter_launches_take_the_normal_path():
     if ON_GPU:
         pytest.skip("the interpreter runs on CPU only")
@@ -266,7 +275,8 @@ def test_gpu_launches_take_the_direct_path():
     first = prep(kv.k_cache, kv.v_cache).clone()
     for _ in range(3):
         assert torch.equal(prep(kv.k_cache, kv.v_cache), first)
-    assert prep.fast_launches == 2 * 3  # each kernel: normal path once, then direct
+    why = [launch.why_normal for launch in prep.launches]
+    assert prep.fast_launches == 2 * 3, why  # each kernel: normal path once, then direct
 
 
 # Splits from device memory (decode graphs captured once per batch size).
