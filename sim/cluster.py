@@ -14,7 +14,7 @@ import numpy as np
 from sim.cascade import CascadeExecutor
 from sim.clock import Clock
 from sim.config import ConfigError, ExperimentConfig, PolicySpec
-from sim.executor import ModelledExecutor, StepExecutor
+from sim.executor import DecodePrices, ModelledExecutor, StepExecutor
 from sim.kv.manager import PagedKV, contiguous_kv_from_config, paged_kv_from_config
 from sim.kv.protocol import KVManager
 from sim.latency import make_latency_model
@@ -48,6 +48,7 @@ class Cluster:
         self.rng = rng
         self.make_policy = make_policy
         self.latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+        self.decode_prices = DecodePrices(self.latency)  # memoised span prices, for every node
         self.table = RoutingTable(cfg.cluster.num_nodes)
         self.page_size = cfg.cache.page_size
         self.token_bytes = cfg.model.kv_bytes_per_token
@@ -124,7 +125,7 @@ class Cluster:
         """The latency model prices each step (decode as a cascade kernel if asked)."""
         if self.cfg.node.decode_attention == "cascade":
             return CascadeExecutor(self.latency, transfer, self.page_size)
-        return ModelledExecutor(self.latency, transfer)
+        return ModelledExecutor(self.latency, transfer, self.decode_prices)
 
     def _wake(self, node_id: int) -> None:
         self.nodes[node_id].wake()

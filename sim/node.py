@@ -253,7 +253,7 @@ class Node:
         size = len(seqs)
         if span >= 2:  # apply this step and plan the next later (_sync), and so on span times
             first = self._decode_sum + size
-            sums = list(range(first, first + size * span, size))  # steps 1 .. span
+            sums = range(first, first + size * span, size)  # steps 1 .. span
             self._span_prices = self.executor.decode_steps_s(size, sums)  # type: ignore[attr-defined]
             self._span_times = [now]
             self._span_first_sum = first
