@@ -10,12 +10,14 @@ Every string from a config or trace is escaped (an arm named "<script>" prints a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from html import escape
 from pathlib import Path
+from typing import Any
 
-from reports import plots_cluster, plots_gantt, plots_latency, studies, tables
+from reports import pieces, plots_cluster, plots_gantt, plots_latency, studies, tables
 from reports.catalog import number
-from reports.figures import style
 from reports.output import check_output, write_output
 from reports.rundata import Arm, Run, all_arms, load_runs
 
@@ -49,52 +51,62 @@ def _or_note(fig: str | None, what: str) -> str:
     return fig if fig else f'<p class="note">{escape(what)}</p>'
 
 
-def _memory_body(arms: list[Arm]) -> str:
-    figs = [plots_cluster.kv_memory_figure(a, f"{i}") for i, a in enumerate(arms)]
-    if not any(figs):
+def _pieces(runs: list[Run], arms: list[Arm], gantt_window) -> dict[str, Callable[[], Any]]:
+    """The page's figures (nearly all of its rendering time), the costliest first."""
+    return {
+        **{
+            f"kv-{i}": partial(plots_cluster.kv_memory_figure, a, f"{i}")
+            for i, a in enumerate(arms)
+        },
+        "gantt": partial(plots_gantt.gantt_section, runs, gantt_window),
+        "node-load": partial(plots_cluster.node_load_figure, arms),
+        "studies": partial(studies.study_sections, arms),
+        "ttft-vs-prompt": partial(plots_latency.ttft_scatter_figure, arms),
+        "queue": partial(plots_cluster.queue_figure, arms),
+        "gain": partial(plots_latency.gain_figure, arms),
+        "cdf-ttft": partial(plots_latency.cdf_figure, arms, "ttft"),
+        "cdf-e2e": partial(plots_latency.cdf_figure, arms, "e2e"),
+        "requests-per-node": partial(plots_cluster.requests_per_node_figure, arms),
+        "hit-rate": partial(plots_cluster.hit_rate_figure, arms),
+        "other-series": partial(studies.other_series_section, arms),
+    }
+
+
+def _memory_body(arms: list[Arm], figs: dict[str, Any]) -> str:
+    kv = [figs[f"kv-{i}"] for i in range(len(arms))]
+    if not any(kv):
         return (
             '<p class="note">No arm recorded KV memory (kv_allocated_bytes) in timeseries.csv.</p>'
         )
-    return "".join(f for f in figs if f)
+    return "".join(f for f in kv if f)
 
 
-def _body_sections(arms: list[Arm]) -> list[tuple[str, str, str]]:
+def _body_sections(arms: list[Arm], figs: dict[str, Any]) -> list[tuple[str, str, str]]:
     all_metrics = (
         f"<details><summary>All summary metrics</summary>{tables.all_metrics_table(arms)}</details>"
     )
     latency = [
-        plots_latency.cdf_figure(arms, "ttft"),
-        plots_latency.cdf_figure(arms, "e2e"),
-        plots_latency.ttft_scatter_figure(arms),
+        figs["cdf-ttft"],
+        figs["cdf-e2e"],
+        figs["ttft-vs-prompt"],
         "<h3>Per request class</h3>",
         tables.tag_table(arms),
     ]
     queues = [
-        _or_note(plots_cluster.queue_figure(arms), "No queue samples (waiting) in timeseries.csv."),
-        _or_note(
-            plots_cluster.node_load_figure(arms),
-            "No per-node load samples (load) in timeseries.csv.",
-        ),
-        plots_cluster.requests_per_node_figure(arms) or "",
+        _or_note(figs["queue"], "No queue samples (waiting) in timeseries.csv."),
+        _or_note(figs["node-load"], "No per-node load samples (load) in timeseries.csv."),
+        figs["requests-per-node"] or "",
     ]
     sections = [
         ("headline", "Headline", _headline_note(arms) + tables.headline_table(arms) + all_metrics),
-        (
-            "gain",
-            "Gain decomposition",
-            plots_latency.gain_figure(arms) + tables.gain_steps_table(arms),
-        ),
+        ("gain", "Gain decomposition", figs["gain"] + tables.gain_steps_table(arms)),
         ("latency", "Latency", "".join(latency)),
-        ("memory", "KV memory", _memory_body(arms)),
+        ("memory", "KV memory", _memory_body(arms, figs)),
         ("load", "Queues and node load", "".join(queues)),
-        (
-            "hits",
-            "Prefix hits",
-            _or_note(plots_cluster.hit_rate_figure(arms), "No finished requests to measure."),
-        ),
-        *studies.study_sections(arms),
+        ("hits", "Prefix hits", _or_note(figs["hit-rate"], "No finished requests to measure.")),
+        *figs["studies"],
     ]
-    other = studies.other_series_section(arms)
+    other = figs["other-series"]
     return [*sections, *([other] if other else [])]
 
 
@@ -140,13 +152,18 @@ def _step_overhead(summary: dict) -> str:
     return "; ".join(sorted(seen)) or "-"
 
 
-def render(runs: list[Run], gantt_window: tuple[float, float] | None = None) -> str:
+def render(
+    runs: list[Run],
+    gantt_window: tuple[float, float] | None = None,
+    workers: int | None = None,
+) -> str:
     """The page; `gantt_window` (start, end in simulated s) for the Gantt view (default: 5 s
-    from the middle of the run)."""
+    from the middle of the run); figures built by `workers` processes (default: one per core,
+    reports/pieces.py), the same page whatever their number."""
     arms = all_arms(runs)
-    with style():
-        sections = _body_sections(arms)
-        gantt = plots_gantt.gantt_section(runs, gantt_window)
+    figs = pieces.build(_pieces(runs, arms, gantt_window), workers)
+    sections = _body_sections(arms, figs)
+    gantt = figs["gantt"]
     if gantt:
         sections.insert(next(i for i, s in enumerate(sections) if s[0] == "load") + 1, gantt)
     title = "kvsched report: " + ", ".join(r.label for r in runs)
@@ -179,9 +196,12 @@ REPORT_SIGNATURE = "<title>kvsched report"  # an existing --out is replaced only
 
 
 def write_report(
-    run_dirs: list[Path], out: Path, gantt_window: tuple[float, float] | None = None
+    run_dirs: list[Path],
+    out: Path,
+    gantt_window: tuple[float, float] | None = None,
+    workers: int | None = None,
 ) -> Path:
     """Read the run directories and write one HTML file; returns its path."""
     check_output(Path(out), "--out", signature=REPORT_SIGNATURE)  # before the rendering work
-    text = render(load_runs(list(run_dirs)), gantt_window)
+    text = render(load_runs(list(run_dirs)), gantt_window, workers)
     return write_output(Path(out), text, "--out", signature=REPORT_SIGNATURE)

@@ -155,6 +155,14 @@ def test_provenance_footer(tiny_run, report):
     assert "<details><summary>experiment config (config.json)</summary><pre>" in footer
 
 
+def test_same_page_again_and_with_one_process(tiny_run, report, tmp_path):
+    """Deterministic: a second render, built in this process alone instead of forked workers,
+    is byte-identical."""
+    text, _ = report
+    again = write_report([tiny_run], tmp_path / "one.html", workers=1)
+    assert again.read_text(encoding="utf-8") == text
+
+
 def test_script_names_render_as_text(tmp_path):
     bad = "<script>alert(1)</script>"
     run = make_run(tmp_path / "run", name=bad, arms={bad: {}}, duration_s=2)
