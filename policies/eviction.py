@@ -3,7 +3,9 @@
 The cache (sim/kv/paged_cache.py) owns the pages, skips the protected zone, and breaks ties
 (deeper pages first, so a prefix's tail goes before its head, then lower page ids); a policy only
 scores. Stats are vectors over pages (sim/kv/views.PageStats), so a policy scores a whole
-eviction round in one numpy expression.
+eviction round in one numpy expression. A policy may also give `priority_floor` (a lower bound of
+its priority at any time, page by page; sim/kv/paged_cache.FlooredEviction): the cache then scores
+only the pages whose floor is low enough to matter, with the same victims.
 """
 
 from __future__ import annotations
@@ -79,5 +81,10 @@ class Scored:
         np.divide(score, self.p.half_life_s, out=score)
         np.exp2(score, out=score)  # decay
         np.multiply(stats.hit_count[pages], score, out=score)
+        return np.add(score, self.priority_floor(stats, pages), out=score)
+
+    def priority_floor(self, stats: PageStats, pages: np.ndarray) -> np.ndarray:
+        """The length term alone (the frequency term is >= 0): a lower bound at any time, and the
+        very float the priority adds it as."""
         prefix_tokens = stats.prefix_pages[pages] * stats.page_size
-        return np.add(score, self.p.length_weight * prefix_tokens / 1000.0, out=score)
+        return self.p.length_weight * prefix_tokens / 1000.0

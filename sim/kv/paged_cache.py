@@ -5,12 +5,15 @@ first; ties: deeper pages, then lower ids); whether a request's new segment is i
 the admission policy's call. The cache adds two guards of its own: pages in the protected zone
 (sim/kv/protected_zone.py) are never candidates, and with epoch reclamation a page whose last
 readers may still run is not evicted (it could not be reused yet anyway). Evicting a page unindexes
-its indexed descendants too: no prefix walk can reach them any more.
+its indexed descendants too: no prefix walk can reach them any more. A policy that also gives a
+floor under its priorities (`FlooredEviction`) lets a round score only the pages whose floor
+leaves them a chance (the same victims, in the same order).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +24,19 @@ from sim.kv.protected_zone import ProtectedZone
 from sim.kv.radix_index import RadixIndex
 from sim.kv.views import PageStats, Segment
 
+
+@runtime_checkable
+class FlooredEviction(Protocol):
+    """An eviction policy that also bounds its priorities from below (optional)."""
+
+    def priority_floor(self, stats: PageStats, pages: np.ndarray) -> np.ndarray:
+        """float64 [len(pages)]: <= priority(stats, pages, now) at every `now`, page by page.
+        Having it promises that a page's priority depends only on its own statistics (so
+        scoring a subset gives each page the same float as scoring all)."""
+        ...
+
+
+FloorFn = Callable[[PageStats, np.ndarray], np.ndarray]
 CacheListener = Callable[[str, list[int], int], None]  # (event "stored"|"removed", page keys, node)
 INDEX_KINDS = ("two_level", "hash_only", "radix")
 GHOST_KEYS = 4096  # rejected segments remembered for admission on second sight
@@ -55,6 +71,12 @@ class PagedKVCache:
         self.index = make_index(index, num_pages, page_size)
         self.prefix_cache = prefix_cache
         self.eviction = eviction
+        # A floor under the policy's priority lets an eviction round score only the pages that
+        # can be among the lowest (`_screen`); policies without one are scored whole.
+        self._floor: FloorFn | None = (
+            eviction.priority_floor if isinstance(eviction, FlooredEviction) else None
+        )
+        self._last_bound = -np.inf  # the last screen's bound on the k-th priority (a hint)
         self.admission = admission
         self.eviction_batch_pages = eviction_batch_pages
         self.protected = protected
@@ -259,10 +281,12 @@ class PagedKVCache:
             candidates = self._candidates(now)
             if candidates.size == 0:
                 return
-            priority = np.asarray(
-                self.eviction.priority(self.stats, candidates, now), dtype=np.float64
-            )
             k = min(candidates.size, target - freed)
+            priority = None
+            if k < candidates.size and self._floor is not None:
+                candidates, priority = self._screen(candidates, k, now)
+            if priority is None:
+                priority = self._priority(candidates, now)
             if k < candidates.size:  # the k lowest, plus every page tied with the k-th
                 keep = priority <= np.partition(priority, k - 1)[k - 1]
                 candidates, priority = candidates[keep], priority[keep]
@@ -272,6 +296,43 @@ class PagedKVCache:
             if got == 0:
                 return
             freed += got
+
+    def _priority(self, pages: np.ndarray, now: float) -> np.ndarray:
+        return np.asarray(self.eviction.priority(self.stats, pages, now), dtype=np.float64)
+
+    def _screen(
+        self, candidates: np.ndarray, k: int, now: float
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The candidates that may be among the k lowest priorities, with every page tied with
+        the k-th (a policy with a priority floor, see `FlooredEviction`), and their priorities
+        when already computed.
+
+        Any k pages whose priorities are <= `bound` make the k-th lowest priority <= bound, and
+        a page whose floor is above bound has a priority above it. The pages kept therefore hold
+        every page the full ranking would evict, and the same k-th priority: the same victims in
+        the same order, scoring only them. The bound comes from the pages under the last round's
+        bound when there are k of them (rounds evict similar pages), else from the k lowest
+        floors; either way it is a valid bound, so the victims do not depend on it."""
+        assert self._floor is not None
+        floor = np.asarray(self._floor(self.stats, candidates), dtype=np.float64)
+        near = floor <= self._last_bound
+        if np.count_nonzero(near) >= k:
+            pages = candidates[near]
+            priority = self._priority(pages, now)
+            bound = np.partition(priority, k - 1)[k - 1]
+            if bound <= self._last_bound:  # every page kept is among those just scored
+                self._last_bound = bound
+                keep = floor[near] <= bound
+                return pages[keep], priority[keep]
+        else:
+            lowest = candidates[np.argpartition(floor, k - 1)[:k]]
+            bound = self._priority(lowest, now).max()
+        self._last_bound = bound
+        kept = candidates[floor <= bound]
+        if kept.size < k:  # (a NaN priority: rank them all)
+            self._last_bound = -np.inf
+            return candidates, None
+        return kept, None
 
     def _evict_pages(self, pages: np.ndarray, now: float) -> int:
         """Unindex pages (int64, in eviction order) and their indexed descendants; free the cached ones."""
