@@ -45,11 +45,11 @@ def build(pieces: dict[str, Piece], workers: int | None = None) -> dict[str, Any
             return dict(zip(pieces, [_run(call) for call in calls], strict=True))
         global _pieces
         _pieces = calls
+        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"))
         try:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(n, mp_context=ctx) as pool:
-                results = list(pool.map(_run_index, range(len(calls))))
-        finally:
+            results = list(pool.map(_run_index, range(len(calls))))
+        finally:  # interrupted (a signal, a failed piece): drop the pieces not yet started
+            pool.shutdown(wait=True, cancel_futures=True)
             _pieces = []
     return dict(zip(pieces, results, strict=True))
 
