@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -122,15 +123,22 @@ def default_study(extra: list[str], work: Path, report: bool) -> Path:
 
         times, cpus = [], []
         for _ in range(3):
-            t, c = time.perf_counter(), time.process_time()
+            t, c = time.perf_counter(), _cpu_s()
             write_report([out], work / "report.html")
             times.append(time.perf_counter() - t)
-            cpus.append(time.process_time() - c)
+            cpus.append(_cpu_s() - c)
         print(
             f"report of the default study: {statistics.median(times):.2f} s wall, "
             f"{statistics.median(cpus):.2f} s CPU (medians of 3); goal <= 2 s"
         )
     return out
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (the report's figure workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def large_run(exact: bool, nodes: int, seconds: float) -> None:
