@@ -439,6 +439,7 @@ def _split_counts(first: np.ndarray, tps: int) -> np.ndarray:
 # write), and how many waves a step's splits may take.
 SPLIT_WAVE_OVERHEAD_TILES = 2
 MAX_SPLIT_WAVES = 8
+_SPLIT_TABLE_MAX = 1 << 16  # split lengths x tiles tabulated at once; longer: binary searches
 
 
 def _split_length(
@@ -454,21 +455,37 @@ def _split_length(
     a second wave as long as the first) but take 3 waves of 5 splits each (0.64 of the time)."""
     work_tokens = int(need.sum()) * num_kv_heads
     top = -(-int(first.max()) // bn)  # unsplit: every tile in one piece
+    if top * first.size <= _SPLIT_TABLE_MAX:
+        # Programs for every split length at once (one numpy pass instead of a search per wave).
+        units = np.arange(1, top + 1, dtype=np.int64)
+        table = np.maximum(1, -(-first[None, :] // (units[:, None] * bn))).sum(axis=1)
+        table *= num_kv_heads
 
-    def programs(units: int) -> int:
-        return int(_split_counts(first, units * bn).sum()) * num_kv_heads
+        def programs(u: int) -> int:
+            return int(table[u - 1])
+
+        def shortest(lo: int, limit: int) -> int:
+            fits = table[lo - 1 :] <= limit  # non-increasing programs: a suffix fits
+            return lo + int(np.argmax(fits))  # programs(top) <= target <= limit: one fits
+    else:
+
+        def programs(u: int) -> int:
+            return int(_split_counts(first, u * bn).sum()) * num_kv_heads
+
+        def shortest(lo: int, limit: int) -> int:
+            if programs(lo) <= limit:
+                return lo
+            hi = top
+            while hi - lo > 1:  # programs(hi) <= limit < programs(lo)
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if programs(mid) <= limit else (mid, hi)
+            return hi
 
     best_cost, best_units = 0.0, top
     for waves in range(1, MAX_SPLIT_WAVES + 1):
         limit = waves * target
         floor = max(min_split, -(-work_tokens // limit))
-        lo = min(-(-floor // bn), top)
-        if programs(lo) > limit:  # the shortest split that fits: programs(top) fits one wave
-            hi = top
-            while hi - lo > 1:  # programs(hi) <= limit < programs(lo)
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if programs(mid) <= limit else (mid, hi)
-            lo = hi
+        lo = shortest(min(-(-floor // bn), top), limit)
         cost = -(-programs(lo) // target) * (lo + SPLIT_WAVE_OVERHEAD_TILES)
         if waves == 1 or cost < 0.95 * best_cost:
             best_cost, best_units = cost, lo
