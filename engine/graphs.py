@@ -47,8 +47,10 @@ class DecodeGraphs:
         self.longs[4] = torch.arange(b, device=dev)
         self.tables = torch.full((b, self.width), scratch_page, dtype=torch.int32, device=dev)
         self.lens = torch.ones(b, dtype=torch.int32, device=dev)
-        # (padded batch, split cap) -> graph and its logits buffer
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # (padded batch, split cap) -> graph, its logits buffer, the inputs it captured
+        self.graphs: dict[
+            tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, StepInputs]
+        ] = {}
         self.mempool: tuple[int, int] | None = None  # torch.cuda.graph_pool_handle()
         self.longs[2].fill_(scratch_page)
 
@@ -82,17 +84,20 @@ class DecodeGraphs:
         keys = [(n, cap) for n in sizes for cap in (caps or self.split_caps)]
         for n, cap in sorted(keys, reverse=True):  # largest first: the pool is reused
             self._write_splits(cap, -(-self.max_len // cap))  # any valid split: warm-up rows
-            step = self._inputs(n, cap)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self.model.forward(step)
+                    self.model.forward(self._inputs(n, cap))
             torch.cuda.current_stream().wait_stream(stream)
+            # Fresh inputs: the step's attention launches are prepared inside the capture, so
+            # their split workspaces come from the graph's pool; the step is kept with the
+            # graph, which writes to those workspaces at every replay.
+            step = self._inputs(n, cap)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.mempool):
                 out = self.model.forward(step)
-            self.graphs[(n, cap)] = (graph, out)
+            self.graphs[(n, cap)] = (graph, out, step)
 
     def size_for(self, n: int) -> int | None:
         """The batch size a step of n decodes pads to (None: more than the largest)."""
@@ -134,7 +139,7 @@ class DecodeGraphs:
         self._write_splits(num_splits, per_split)
         if (b, cap) not in self.graphs:  # not captured (CPU): the same inputs, eagerly
             return self.model.forward(self._inputs(b, cap))[:n]
-        graph, out = self.graphs[(b, cap)]
+        graph, out, _ = self.graphs[(b, cap)]
         graph.replay()
         return out[:n]
 
