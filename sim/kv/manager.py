@@ -14,6 +14,7 @@ import numpy as np
 
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.index_base import BLOCK_TABLE_ENTRY_BYTES
+from sim.kv.page_pool import page_ids
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.protocol import CacheCounters
@@ -235,7 +236,7 @@ class PagedKV:
         if allocs:
             allocs.sort()
             pages, unsafe = pool.allocate_at(np.array([ends[m] for m, _ in allocs]))
-            for (_, b), page, bad in zip(allocs, pages.tolist(), unsafe.tolist(), strict=True):
+            for (_, b), page, bad in zip(allocs, page_ids(pages), unsafe.tolist(), strict=True):
                 seq = seqs[b]
                 seq.pages.append(page)
                 seq.use_after_free += bad

@@ -37,6 +37,17 @@ class PageState(IntEnum):
 # Plain ints for the hot path: attribute access on an Enum class is slow in CPython.
 FREE, USED, CACHED, RETIRED = (int(s) for s in PageState)
 
+# Page ids as Python ints, one shared object per id (a cache of immutable values, the same for
+# every pool): block tables and the prefix index's slots hold an id per page, millions of them
+# at hundreds of nodes, and a fresh int from `tolist()` costs 32 bytes each.
+_PAGE_IDS: list[int] = []
+
+
+def page_ids(pages: np.ndarray) -> list[int]:
+    """`pages.tolist()`, each id as its shared int object."""
+    ids = _PAGE_IDS
+    return [ids[p] for p in pages.tolist()]
+
 
 class PagePool:
     def __init__(
@@ -48,6 +59,7 @@ class PagePool:
         race_window_s: float = 0.0,
     ):
         assert num_pages > 0 and race_window_s >= 0
+        _PAGE_IDS.extend(range(len(_PAGE_IDS), num_pages))
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_bytes = page_bytes
@@ -100,7 +112,7 @@ class PagePool:
         self.ref_count[pages] = 1
         self.state[pages] = USED
         self.num_used += n
-        return pages.tolist()
+        return page_ids(pages)
 
     def allocate_at(self, nows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`allocate(1, now)` once per entry of `nows` (float64), in order: the pages taken
