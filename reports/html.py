@@ -54,11 +54,11 @@ def _or_note(fig: str | None, what: str) -> str:
 def _pieces(runs: list[Run], arms: list[Arm], gantt_window) -> dict[str, Callable[[], Any]]:
     """The page's figures (nearly all of its rendering time), the costliest first."""
     return {
+        **plots_gantt.gantt_pieces(runs, gantt_window),
         **{
             f"kv-{i}": partial(plots_cluster.kv_memory_figure, a, f"{i}")
             for i, a in enumerate(arms)
         },
-        "gantt": partial(plots_gantt.gantt_section, runs, gantt_window),
         "node-load": partial(plots_cluster.node_load_figure, arms),
         "studies": partial(studies.study_sections, arms),
         "ttft-vs-prompt": partial(plots_latency.ttft_scatter_figure, arms),
@@ -163,7 +163,7 @@ def render(
     arms = all_arms(runs)
     figs = pieces.build(_pieces(runs, arms, gantt_window), workers)
     sections = _body_sections(arms, figs)
-    gantt = figs["gantt"]
+    gantt = plots_gantt.gantt_section([v for k, v in figs.items() if k.startswith("gantt-")])
     if gantt:
         sections.insert(next(i for i, s in enumerate(sections) if s[0] == "load") + 1, gantt)
     title = "kvsched report: " + ", ".join(r.label for r in runs)

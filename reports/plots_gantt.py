@@ -8,6 +8,7 @@ recorded steps.csv.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -133,12 +134,17 @@ def _lanes(tl: Timeline, node: int) -> int:
     return max(assign_lanes([(p[0][1], p[-1][2]) for p in spans if p]), default=-1) + 1
 
 
-def gantt_section(runs, window: tuple[float, float] | None) -> tuple[str, str, str] | None:
-    """The report section: one Gantt per arm that recorded steps; None if none did."""
-    figs = [
-        gantt_figure(run.path, arm.name, arm.label, f"gantt-{i}", window)
-        for i, (run, arm) in enumerate((r, a) for r in runs for a in r.arms.values())
-    ]
+def gantt_pieces(runs, window: tuple[float, float] | None) -> dict[str, partial[str | None]]:
+    """One Gantt figure per arm, each None when its run has no steps.csv (reports/pieces.py)."""
+    arms = [(run, arm) for run in runs for arm in run.arms.values()]
+    return {
+        f"gantt-{i}": partial(gantt_figure, run.path, arm.name, arm.label, f"gantt-{i}", window)
+        for i, (run, arm) in enumerate(arms)
+    }
+
+
+def gantt_section(figs: list[str | None]) -> tuple[str, str, str] | None:
+    """The report section from the arms' Gantt figures; None if no arm recorded steps."""
     drawn = [f for f in figs if f]
     if not drawn:
         return None
