@@ -171,12 +171,29 @@ COMMAND_MODULES = [
     "kvsched.validate",
     "kvsched.engine_cli",
 ]
+# The module that registers each subcommand, so that a command line naming one imports only that
+# module (`kvsched report` skips the simulator, policies and sweeps: about 0.2 s of CPU).
+# A command missing here still works: then every module is imported.
+COMMAND_MODULE = {
+    "run": "kvsched.cli",
+    "report": "reports.cli",
+    "compare": "reports.cli",
+    "check": "reports.cli",
+    "timeline": "reports.cli",
+    "sweep": "kvsched.sweep",
+    "tune": "kvsched.tune",
+    "trace": "workloads.cli",
+    "validate": "kvsched.validate",
+    "engine": "kvsched.engine_cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (given a known `command`) just that subcommand's parser."""
     p = _Parser(prog="kvsched", description="KV-cache scheduling what-if simulator")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    known = COMMAND_MODULE.get(command or "")
+    for name in [known] if known else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     _register_kernels(sub)
     return p
@@ -190,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     return args.func(args)
 
 
