@@ -38,12 +38,12 @@ def cdf_figure(arms: list[Arm], kind: str) -> str:
     short, long = _KIND_TEXT[kind]
     fig, axes = new_figure(width=7.5, height=3.4)
     ax = axes[0, 0]
-    positive = True
+    lowest = np.inf  # the lowest latency drawn: a log axis needs one, above 0
     for i, arm in enumerate(arms):
         values = latency_ms(arm.request_rows, kind)
         x, y = cdf_points(values)
         if x.size:
-            positive &= bool(x[0] > 0)
+            lowest = min(lowest, float(x[0]))
             label = f"{arm.label} ({values.size:,} finished, {len(arm.request_rows) - values.size:,} not)"
             ax.step(x, y, where="post", color=color(i), lw=1.4, label=mpl_label(label))
             ax.plot(
@@ -53,11 +53,12 @@ def cdf_figure(arms: list[Arm], kind: str) -> str:
     ax.text(
         0.0, 0.99, " P99", va="bottom", fontsize=7, color="#666", transform=ax.get_yaxis_transform()
     )
-    if ax.has_data() and positive:
+    log = 0 < lowest < np.inf  # no finished request (a short run): a plain, empty axis
+    if log:
         log_axis(ax, "x")
     ax.set(
         title=f"{short} CDF per arm",
-        xlabel=f"{long} (ms, log scale)" if positive else f"{long} (ms)",
+        xlabel=f"{long} (ms, log scale)" if log else f"{long} (ms)",
         ylabel="share of finished requests (0-1)",
         ylim=(0, 1.02),
     )
@@ -73,10 +74,12 @@ def cdf_figure(arms: list[Arm], kind: str) -> str:
 def ttft_scatter_figure(arms: list[Arm]) -> str:
     fig, axes = new_figure(width=7.5, height=3.6)
     ax = axes[0, 0]
+    lowest = np.inf  # the lowest TTFT drawn: a log axis needs one, above 0
     for i, arm in enumerate(arms):
         done = finished(arm.request_rows)
         ttft = ((done.first_token_s - done.arrival_s) * 1e3).to_numpy(dtype=float)
         keep = scatter_keep(ttft)
+        lowest = min(lowest, float(np.min(ttft[keep], initial=np.inf)))
         ax.scatter(
             done.prompt_tokens.to_numpy()[keep],
             ttft[keep],
@@ -86,12 +89,13 @@ def ttft_scatter_figure(arms: list[Arm]) -> str:
             label=mpl_label(arm.label),
             linewidths=0,
         )
-    if ax.has_data() and (ax.dataLim.y0 > 0):
+    log = 0 < lowest < np.inf  # no finished request (a short run): a plain, empty axis
+    if log:
         log_axis(ax, "y")
     ax.set(
         title="TTFT vs prompt length",
         xlabel="prompt length (tokens)",
-        ylabel="time to first token (ms, log scale)",
+        ylabel="time to first token (ms, log scale)" if log else "time to first token (ms)",
     )
     legend_outside(ax)
     caption = (

@@ -197,6 +197,20 @@ def test_missing_optional_columns_and_files_still_render(tiny_run, tmp_path):
     assert "No arm recorded KV memory" in text
 
 
+def test_run_with_no_finished_request_renders_plain_latency_axes(tiny_run, tmp_path):
+    """A run too short for any request to finish (every TTFT unknown): the latency plots are
+    empty and on linear axes (a log axis with no data failed the whole report)."""
+    run = one_arm_copy(tiny_run, tmp_path / "short")
+    requests = run / arm_dir_name("engine") / "requests.csv"
+    frame = pd.read_csv(requests)
+    frame.assign(status="unfinished", first_token_s=np.nan, finish_s=np.nan).to_csv(
+        requests, index=False
+    )
+    text, page = parse(write_report([run], tmp_path / "r.html"))
+    assert {"fig-cdf-ttft", "fig-cdf-e2e", "fig-ttft-vs-prompt"} <= set(page.figures)
+    assert "time to first token (ms)<" in text and "(ms, log scale)" not in text
+
+
 def test_false_hit_section_appears_with_wrong_reuse(tiny_run, report, tmp_path):
     """Wrong reuse (a hash-only index): its own section, and a warning on the headline hit rate."""
     assert "study-false-hits" not in report[1].ids  # all zero in the real run: no section
