@@ -47,10 +47,10 @@ class Clock(simpy.Environment):
             for sync in self.syncs:
                 sync()
 
-    def park(self, at_s: float, actor: StepEnd) -> None:
-        """Call `actor.step_ended()` at simulated time `at_s` (>= now), ordered as a timeout
-        created now would be."""
-        heappush(self._step_ends, (at_s, NORMAL, next(self._eid), actor))
+    def park(self, at_s: float, actor: StepEnd, priority: int = NORMAL) -> None:
+        """Call `actor.step_ended()` at simulated time `at_s` (>= now), ordered as an event of
+        this priority scheduled now would be (NORMAL: a timeout; URGENT: a process's start)."""
+        heappush(self._step_ends, (at_s, priority, next(self._eid), actor))
 
     def peek(self) -> float:
         parked = self._step_ends[0][0] if self._step_ends else float("inf")

@@ -68,6 +68,7 @@ class Cluster:
             self.page_size,
             self.capacity_bytes // self.token_bytes,
             self.token_bytes,
+            exact_steps=cfg.exact_steps,
         )
         if self.router.needs_prefix_match:  # the only reader of the table: else nobody keeps it
             for kv in self._paged:

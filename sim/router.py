@@ -8,13 +8,21 @@ the lane is done. `lane_by: prefix` pins a request to the lane of its first page
 article's hash partitioning: requests with one shared prefix all queue on one lane);
 `lane_by: any` lets any free lane take it. With decision_time_s = 0 the router costs nothing and
 decides inline, at arrival.
+
+The reference driver (`exact_steps`) runs each decision as a SimPy process holding a
+simpy.Resource. The default replays the very same events on the clock (sim/clock.py: `park`):
+the process's start, its request granted, its decision time over, its lane's release (which lets
+the head of the line in, as the resource does), each at the same (time, priority, id) order, so
+decisions read the nodes and deliver at the same moments, without a process per request.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 import simpy
+from simpy.core import URGENT
 
 from sim.config import RouterConfig
 from sim.node import Node
@@ -34,6 +42,7 @@ class Router:
         page_size: int,
         kv_capacity_tokens: int,
         token_bytes: int,
+        exact_steps: bool = True,
     ):
         self.env = env
         self.cfg = cfg
@@ -48,6 +57,10 @@ class Router:
             self.lanes = [simpy.Resource(env, capacity=cfg.lanes)]
         else:
             self.lanes = [simpy.Resource(env, capacity=1) for _ in range(cfg.lanes)]
+        # The default driver replays the lanes' resource events on the clock (`on_parked`);
+        # `exact_steps` keeps the SimPy process per decision (the reference).
+        self.exact_steps = exact_steps
+        self._queues = [_LaneQueue(int(lane.capacity)) for lane in self.lanes]
         self.busy_s = 0.0  # lane-seconds spent deciding
 
     # -- the decision ----------------------------------------------------------------------------
@@ -91,24 +104,88 @@ class Router:
             raise AssertionError(f"routing policy returned node {choice} of {len(up)}")
         return up[choice].node_id
 
-    # -- the resource ----------------------------------------------------------------------------
+    # -- the lanes ---------------------------------------------------------------------------------
     def submit(self, seq: Sequence, deliver: Callable[[Sequence, int], None]) -> None:
         """Route `seq`; `deliver(seq, node)` is called when the decision is done."""
         if self.cfg.decision_time_s == 0:
             deliver(seq, self.decide(seq))
-            return
-        self.env.process(self._decide_on_a_lane(seq, deliver))
+        elif self.exact_steps:
+            self.env.process(self._decide_on_a_lane(seq, deliver))
+        else:  # parked on the clock where the process above would start (URGENT, now)
+            self.env.park(self.env.now, _Decision(self, seq, deliver), URGENT)  # type: ignore[attr-defined]
 
     def _decide_on_a_lane(self, seq: Sequence, deliver: Callable[[Sequence, int], None]):
-        with self._lane(seq).request() as turn:
+        """The reference: a SimPy process holding a lane (a simpy.Resource) for the decision."""
+        with self.lanes[self._lane(seq)].request() as turn:
             yield turn
             node = self.decide(seq)
             yield self.env.timeout(self.cfg.decision_time_s)
             self.busy_s += self.cfg.decision_time_s
         deliver(seq, node)
 
-    def _lane(self, seq: Sequence) -> simpy.Resource:
+    def _lane(self, seq: Sequence) -> int:
         if len(self.lanes) == 1:
-            return self.lanes[0]
+            return 0
         key = int(seq.keys[0]) if seq.keys.shape[0] else seq.req.request_id
-        return self.lanes[key % len(self.lanes)]
+        return key % len(self.lanes)
+
+    def on_parked(self, d: _Decision) -> None:
+        """The clock reached a parked moment of decision `d`: the moments the reference process
+        resumes at and the resource events it creates, in the same (time, priority, id) order."""
+        lane, env = self._queues[d.lane], self.env
+        if d.stage == _START:  # the process starts and asks for its lane
+            lane.waiting.append(d)
+            self._grant(lane)
+        elif d.stage == _GRANTED:  # its request granted: decide, hold the lane for the time
+            d.node = self.decide(d.seq)
+            d.stage = _DECIDED
+            env.park(env.now + self.cfg.decision_time_s, d)  # type: ignore[attr-defined]
+        elif d.stage == _DECIDED:  # the lane is released (its release event), then delivered
+            self.busy_s += self.cfg.decision_time_s
+            lane.users -= 1
+            d.stage = _RELEASED
+            env.park(env.now, d)  # type: ignore[attr-defined]
+            d.deliver(d.seq, d.node)
+        else:  # the release event: the head of the line may take the lane
+            self._grant(lane)
+
+    def _grant(self, lane: _LaneQueue) -> None:
+        """As simpy.Resource on a new request or a processed release: only the head of the line
+        is considered; granted, its request event fires now."""
+        if lane.waiting and lane.users < lane.capacity:
+            d = lane.waiting.popleft()
+            lane.users += 1
+            d.stage = _GRANTED
+            self.env.park(self.env.now, d)  # type: ignore[attr-defined]
+
+
+_START, _GRANTED, _DECIDED, _RELEASED = range(4)
+
+
+class _LaneQueue:
+    """A lane resource's state: requests holding it, and those waiting in line."""
+
+    __slots__ = ("capacity", "users", "waiting")
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.users = 0
+        self.waiting: deque[_Decision] = deque()
+
+
+class _Decision:
+    """One request's trip through a lane, parked on the clock (sim/clock.py)."""
+
+    __slots__ = ("router", "seq", "deliver", "lane", "node", "stage")
+
+    def __init__(self, router: Router, seq: Sequence, deliver: Callable[[Sequence, int], None]):
+        self.router, self.seq, self.deliver = router, seq, deliver
+        self.lane = router._lane(seq)
+        self.node = -1
+        self.stage = _START
+
+    def quiet_end(self) -> None:
+        return None
+
+    def step_ended(self) -> None:
+        self.router.on_parked(self)
