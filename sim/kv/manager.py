@@ -14,7 +14,6 @@ import numpy as np
 
 from sim.kv.contiguous import ContiguousAllocator
 from sim.kv.index_base import BLOCK_TABLE_ENTRY_BYTES
-from sim.kv.page_pool import page_ids
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.protocol import CacheCounters
@@ -235,8 +234,8 @@ class PagedKV:
                 seq.kv_tokens = want
         if allocs:
             allocs.sort()
-            pages, unsafe = pool.allocate_at(np.array([ends[m] for m, _ in allocs]))
-            for (_, b), page, bad in zip(allocs, page_ids(pages), unsafe.tolist(), strict=True):
+            pages, unsafe = pool.allocate_at([ends[m] for m, _ in allocs])
+            for (_, b), page, bad in zip(allocs, pages, unsafe, strict=True):
                 seq = seqs[b]
                 seq.pages.append(page)
                 seq.use_after_free += bad

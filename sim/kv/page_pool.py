@@ -41,6 +41,9 @@ FREE, USED, CACHED, RETIRED = (int(s) for s in PageState)
 # every pool): block tables and the prefix index's slots hold an id per page, millions of them
 # at hundreds of nodes, and a fresh int from `tolist()` costs 32 bytes each.
 _PAGE_IDS: list[int] = []
+# allocate_at takes up to this many pages with scalar reads and writes (numpy's per-call cost
+# exceeds a few scalar ones), more in one numpy pass.
+ALLOCATE_AT_SCALAR_MAX = 8
 
 
 def page_ids(pages: np.ndarray) -> list[int]:
@@ -114,18 +117,37 @@ class PagePool:
         self.num_used += n
         return page_ids(pages)
 
-    def allocate_at(self, nows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`allocate(1, now)` once per entry of `nows` (float64), in order: the pages taken
-        (int64) and, per page, whether a reader of its old owner still ran (use-after-free)."""
-        n = int(nows.size)
+    def allocate_at(self, nows: list[float]) -> tuple[list[int], list[bool]]:
+        """`allocate(1, now)` once per entry of `nows`, in order: the pages taken and, per page,
+        whether a reader of its old owner still ran (use-after-free). A decode span's sync takes
+        a few pages: scalar reads and writes then, one numpy pass for many (the same result)."""
+        n = len(nows)
         assert n <= self.num_free, "allocate_at() without enough free pages"
-        pages = self._ring[(self._head + np.arange(n)) % self.num_pages]
-        self._head = (self._head + n) % self.num_pages
+        head, num_pages = self._head, self.num_pages
+        if n > ALLOCATE_AT_SCALAR_MAX:
+            arr = self._ring[(head + np.arange(n)) % num_pages]
+            unsafe_arr = self.read_until_s[arr] > np.array(nows)
+            self.ref_count[arr] = 1
+            self.state[arr] = USED
+            pages, unsafe = page_ids(arr), unsafe_arr.tolist()
+        else:
+            ring, read_until, ref_count, state = (
+                self._ring,
+                self.read_until_s,
+                self.ref_count,
+                self.state,
+            )
+            ids = _PAGE_IDS
+            pages, unsafe = [], []
+            for i, now in enumerate(nows):
+                page = ids[int(ring[(head + i) % num_pages])]
+                unsafe.append(bool(read_until[page] > now))
+                ref_count[page] = 1
+                state[page] = USED
+                pages.append(page)
+        self._head = (head + n) % num_pages
         self.num_free -= n
-        unsafe = self.read_until_s[pages] > nows
-        self.use_after_free += int(unsafe.sum())
-        self.ref_count[pages] = 1
-        self.state[pages] = USED
+        self.use_after_free += sum(unsafe)
         self.num_used += n
         return pages, unsafe
 
@@ -195,7 +217,7 @@ class PagePool:
         reclaim): only the epochs advance."""
         assert not self._retired, "end_epochs() with retired pages"
         race = self.race_window_s
-        self.epochs.finish_steps([now + race for now in ends])
+        self.epochs.finish_steps([now + race for now in ends] if race else ends)  # x + 0.0 == x
 
     def reclaim_exited(self, now: float) -> int:
         """Memory is short: free retired pages whose readers have all exited, without waiting for
