@@ -110,10 +110,12 @@ class TwoLevelIndex(IndexBase):
         count = 0
         if not self.overflow:  # fast path: leading keys that nobody holds (this chain included)
             slots = self.key_to_page
+            put, size = slots.setdefault, len(slots)
             for key, page in zip(keys, pages, strict=True):
-                if key in slots:
+                put(key, page)  # one dict operation: a taken key leaves the size as it was
+                if len(slots) == size:
                     break
-                slots[key] = page
+                size += 1
                 count += 1
         while count < len(pages):
             chain_parent = pages[count - 1] if count else parent
