@@ -26,13 +26,17 @@ _pieces: list[Piece] = []  # what forked workers read (set only while a pool run
 
 
 def default_workers() -> int:
-    """The cores this process may use, up to MAX_WORKERS; 1 where a worker cannot be forked
-    (no fork on the platform, or this process is itself a daemonic worker)."""
+    """The idle cores this process may use (its own counted as idle), up to MAX_WORKERS; 1
+    where a worker cannot be forked (no fork on the platform, or this process is itself a
+    daemonic worker). On a busy machine more workers only queue for the same cores: measured
+    on 2 cores at load 3-5, two workers took 15-30% more CPU than one for no shorter wall time."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return 1
     if multiprocessing.current_process().daemon:
         return 1
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0))
+    idle = int(cores + 1 - os.getloadavg()[0])  # 1-minute load average
+    return max(1, min(MAX_WORKERS, cores, idle))
 
 
 def build(pieces: dict[str, Piece], workers: int | None = None) -> dict[str, Any]:

@@ -155,12 +155,13 @@ def test_provenance_footer(tiny_run, report):
     assert "<details><summary>experiment config (config.json)</summary><pre>" in footer
 
 
-def test_same_page_again_and_with_one_process(tiny_run, report, tmp_path):
-    """Deterministic: a second render, built in this process alone instead of forked workers,
-    is byte-identical."""
+def test_same_page_again_whatever_the_workers(tiny_run, report, tmp_path):
+    """Deterministic: a second render is byte-identical, whether its figures are built in this
+    process or in two forked workers."""
     text, _ = report
-    again = write_report([tiny_run], tmp_path / "one.html", workers=1)
-    assert again.read_text(encoding="utf-8") == text
+    for workers in (1, 2):
+        again = write_report([tiny_run], tmp_path / f"w{workers}.html", workers=workers)
+        assert again.read_text(encoding="utf-8") == text, workers
 
 
 def test_script_names_render_as_text(tmp_path):
