@@ -177,8 +177,9 @@ OVERHEAD_TERMS = (
     "mixed_step_floor_s",
     "eager_step_floor_s",
 )
-FLOOR_GRID_S = np.arange(0.0, 0.04, 2e-4)  # candidate mixed-step floors: 0-40 ms by 0.2 ms
+FLOOR_GRID_S = np.arange(0.0, 0.04, 5e-4)  # candidate floors under steps with a chunk: 0-40 ms
 TOKEN_GRID_S = np.arange(0.0, 10e-6, 1e-7)  # candidate costs per prefill token: 0-10 us
+EXTRA_GRID_S = np.arange(0.0, 5e-3, 1e-4)  # candidate extras per step with a chunk: 0-5 ms
 
 
 def measured_overheads(run: EngineRun) -> dict[str, float]:
@@ -189,10 +190,11 @@ def measured_overheads(run: EngineRun) -> dict[str, float]:
     slow tail; a per-decode term was tried and did not carry from one workload to another:
     decodes that share pages read them from L2, so the residual per decode depends on sharing,
     which a count cannot see). Steps with a prefill chunk, less that, give the cost per prefill
-    token and the two floors under their device time (graphed steps of at most
-    `gpu.mixed_graph_max_tokens` tokens, whose attention the host issues layer by layer; larger
-    steps, launched whole): the triple on a grid with the least absolute error. Terms that
-    stay 0: the additive prefill extra and the per-decode cost."""
+    token, an extra per such step (the host work before its first launch and between its
+    pieces: metadata, the prefill plan, graph and attention launches) and the two floors under
+    their device time (graphed steps of at most `gpu.mixed_graph_max_tokens` tokens; larger
+    steps, launched whole): the four on a grid with the least absolute error. The per-decode
+    term stays 0."""
     gpu = run.cfg.gpu.model_copy(update=dict.fromkeys(OVERHEAD_TERMS, 0.0))
     kernels_only = make_latency_model(run.cfg.model, gpu, run.cfg.node.tp)
     steps = step_errors(run, kernels_only)
@@ -201,36 +203,48 @@ def measured_overheads(run: EngineRun) -> dict[str, float]:
     prefill = steps.prefill.to_numpy()
     residual = (steps.measured_s - steps.predicted_s).to_numpy()
     overhead = max(0.0, float(np.median(residual[~prefill]))) if (~prefill).any() else 0.0
-    per_token, floors = 0.0, [0.0, 0.0]
+    per_token, extra, floors = 0.0, 0.0, [0.0, 0.0]
     if prefill.any():
         graphed = (prefill_tokens + decodes <= gpu.mixed_graph_max_tokens)[prefill]
-        target = steps.measured_s.to_numpy()[prefill] - overhead
-        device = (
-            steps.predicted_s.to_numpy()[prefill][None, :]
-            + TOKEN_GRID_S[:, None] * prefill_tokens[prefill][None, :]
+        per_token, extra, floors = _fit_prefill_terms(
+            steps.predicted_s.to_numpy()[prefill],
+            prefill_tokens[prefill],
+            steps.measured_s.to_numpy()[prefill] - overhead,
+            graphed,
         )
-        errors = np.zeros((2, TOKEN_GRID_S.size, FLOOR_GRID_S.size))
-        for j, f in enumerate(FLOOR_GRID_S):
-            err = np.abs(np.maximum(device, f) - target)
-            errors[0, :, j] = err[:, graphed].sum(axis=1)
-            errors[1, :, j] = err[:, ~graphed].sum(axis=1)
-        best = errors.min(axis=2)  # [subset, token grid]: each subset's best floor
-        i = int(np.argmin(best.sum(axis=0)))
-        per_token = float(TOKEN_GRID_S[i])
-        floors = [
-            float(FLOOR_GRID_S[int(np.argmin(errors[k, i]))])
-            if (graphed == (k == 0)).any()
-            else 0.0
-            for k in (0, 1)
-        ]
     return {
         "step_overhead_s": overhead,
-        "prefill_step_overhead_s": 0.0,
+        "prefill_step_overhead_s": extra,
         "token_overhead_s": per_token,
         "decode_overhead_s": 0.0,
         "mixed_step_floor_s": floors[0],
         "eager_step_floor_s": floors[1],
     }
+
+
+def _fit_prefill_terms(
+    predicted: np.ndarray, tokens: np.ndarray, target: np.ndarray, graphed: np.ndarray
+) -> tuple[float, float, list[float]]:
+    """(per token, extra, [graphed floor, eager floor]) minimising the summed absolute error of
+    max(predicted + per_token * tokens, floor) + extra against target, on the grids. A subset
+    with no step keeps a floor of 0."""
+    device = predicted[None, :] + TOKEN_GRID_S[:, None] * tokens[None, :]  # [token grid, steps]
+    subsets = [graphed, ~graphed]
+    # errors[k, e, i, f]: subset k's error for extra e, per-token cost i, floor f
+    errors = np.zeros((2, EXTRA_GRID_S.size, TOKEN_GRID_S.size, FLOOR_GRID_S.size))
+    for f, floor in enumerate(FLOOR_GRID_S):
+        above = np.maximum(device, floor)
+        for e, add in enumerate(EXTRA_GRID_S):
+            err = np.abs(above + add - target)
+            for k, rows in enumerate(subsets):
+                errors[k, e, :, f] = err[:, rows].sum(axis=1)
+    best = errors.min(axis=3).sum(axis=0)  # [extra, token]: each subset at its best floor
+    at_e, at_i = (int(v) for v in np.unravel_index(int(np.argmin(best)), best.shape))
+    floors = [
+        float(FLOOR_GRID_S[int(np.argmin(errors[k, at_e, at_i]))]) if rows.any() else 0.0
+        for k, rows in enumerate(subsets)
+    ]
+    return float(TOKEN_GRID_S[at_i]), float(EXTRA_GRID_S[at_e]), floors
 
 
 def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> EngineRun:
@@ -280,14 +294,30 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q)) if values.size else None
 
 
+def _percentile_rel_err(predicted: np.ndarray, measured: np.ndarray, q: float) -> float | None:
+    """Signed relative error of the q-th percentile of the simulated distribution against the
+    measured one (same requests). Per-request errors also count when, within a step, each
+    request arrived: in an open loop a request waits for the step under way, and the simulated
+    and measured step boundaries drift apart by a fraction of a step, so a TTFT of one or two
+    steps differs per request even where the distribution agrees."""
+    keep = np.isfinite(predicted) & np.isfinite(measured)
+    if not keep.any():
+        return None
+    want = float(np.percentile(measured[keep], q))
+    return (float(np.percentile(predicted[keep], q)) - want) / want if want > 0 else None
+
+
 def serving_errors(measured: pd.DataFrame, simulated: pd.DataFrame, duration_s: float) -> dict:
     m, s = latency_table(measured), latency_table(simulated)
     both = m.merge(s, left_index=True, right_index=True, suffixes=("_measured", "_sim"))
     out: dict = {"requests_compared": len(both)}
     for metric in ("ttft", "tpot", "e2e"):
-        err = _abs_rel(both[f"{metric}_s_sim"].to_numpy(), both[f"{metric}_s_measured"].to_numpy())
+        sim, meas = both[f"{metric}_s_sim"].to_numpy(), both[f"{metric}_s_measured"].to_numpy()
+        err = _abs_rel(sim, meas)
         out[f"{metric}_median_abs_err"] = _pct(err, 50)
         out[f"{metric}_p90_abs_err"] = _pct(err, 90)
+        for q in (50, 90):  # the distributions' percentiles, as serving benchmarks report them
+            out[f"{metric}_p{q}_rel_err"] = _percentile_rel_err(sim, meas, q)
     tput = [_output_throughput(f, duration_s) for f in (measured, simulated)]
     out["throughput_measured"], out["throughput_sim"] = tput
     out["throughput_abs_err"] = abs(tput[1] - tput[0]) / tput[0] if tput[0] else None
@@ -350,12 +380,21 @@ def summary_lines(result: dict) -> list[str]:
     def pct(v) -> str:
         return "-" if v is None else f"{v:.1%}"
 
+    def signed(v) -> str:
+        return "-" if v is None else f"{v:+.1%}"
+
     lines = [f"{result['run']} vs {result['latency_model']}:"]
     for key, label in KEYS_SHOWN:
-        lines.append(
+        line = (
             f"  {label:>9}: median {pct(result.get(f'{key}_median_abs_err'))}, "
             f"p90 {pct(result.get(f'{key}_p90_abs_err'))}"
         )
+        if f"{key}_p50_rel_err" in result:  # serving metrics: the distributions' percentiles
+            line += (
+                f"  (distribution p50 {signed(result[f'{key}_p50_rel_err'])}, "
+                f"p90 {signed(result[f'{key}_p90_rel_err'])})"
+            )
+        lines.append(line)
     lines.append(f"  throughput: {pct(result['throughput_abs_err'])}")
     lines.append(
         f"  overheads measured here: {result['measured_step_overhead_s'] * 1e3:.2f} ms/step, "

@@ -19,6 +19,10 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
+def _signed(v) -> str:
+    return "-" if v is None else f"{v:+.1%}"
+
+
 def row(name: str, r: dict) -> str:
     return (
         f"| {name} | {r['replayed_steps']} | {r['cached_tokens_mismatch']} / "
@@ -26,14 +30,15 @@ def row(name: str, r: dict) -> str:
         f"{_pct(r['step_time_p90_abs_err'])} | {_pct(r['ttft_median_abs_err'])} / "
         f"{_pct(r['ttft_p90_abs_err'])} | {_pct(r['tpot_median_abs_err'])} / "
         f"{_pct(r['tpot_p90_abs_err'])} | {_pct(r['e2e_median_abs_err'])} | "
-        f"{_pct(r['throughput_abs_err'])} |"
+        f"{_pct(r['throughput_abs_err'])} | {_signed(r.get('ttft_p50_rel_err'))} / "
+        f"{_signed(r.get('ttft_p90_rel_err'))} |"
     )
 
 
 HEADER = (
     "| run | steps | replay: cached-token / step mismatches | step time med / p90 | "
-    "TTFT med / p90 | TPOT med / p90 | E2E med | throughput |\n"
-    "|---|---:|---|---|---|---|---:|---:|"
+    "TTFT med / p90 | TPOT med / p90 | E2E med | throughput | TTFT distribution p50 / p90 |\n"
+    "|---|---:|---|---|---|---|---:|---:|---|"
 )
 
 

@@ -78,3 +78,22 @@ def test_the_validation_report_renders_every_metric(tmp_path):
     for key in ("step_time", "ttft", "tpot", "e2e"):
         assert f'id="fig-val-{key}"' in page
     assert page.startswith("<!doctype html>") and "<svg" in page
+
+
+def test_the_prefill_terms_fit_recovers_known_terms():
+    """Steps priced max(device + per_token * tokens, floor) + extra with known terms: the fit
+    finds them (the grid holds them), a floor per subset (graphed, launched whole)."""
+    import numpy as np
+
+    from kvsched.validate import _fit_prefill_terms
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(1, 4096, 400).astype(float)
+    graphed = tokens <= 512
+    device = 2e-3 + tokens * 2e-6 + rng.uniform(0, 5e-3, 400)
+    floor = np.where(graphed, 7e-3, 18.5e-3)
+    target = np.maximum(device + 3e-7 * tokens, floor) + 1.2e-3
+    per_token, extra, floors = _fit_prefill_terms(device, tokens, target, graphed)
+    assert per_token == pytest.approx(3e-7)
+    assert extra == pytest.approx(1.2e-3)
+    assert floors == pytest.approx([7e-3, 18.5e-3])
