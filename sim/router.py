@@ -92,10 +92,12 @@ class Router:
     def decide(self, seq: Sequence) -> int:
         """Run the policy for one request; returns the node index."""
         req = seq.req
+        # The prompt's page keys only if read (Sequence hashes them then): by the policy, or
+        # for the routing table's prefix match.
         query = RouteQuery(
-            req.request_id, req.prompt_tokens, seq.keys, self.page_size, self.env.now
+            req.request_id, req.prompt_tokens, None, self.page_size, self.env.now, lambda: seq.keys
         )
-        views = self.views(seq.keys)
+        views = self.views(seq.keys if self.needs_prefix_match else None)
         # A crashed node is down until it restarts: the policy chooses among the others (if
         # every node is down, among all: the request is lost or waits there, sim/node.py).
         up = [v for v, node in zip(views, self.nodes, strict=True) if not node.down] or views

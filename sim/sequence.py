@@ -62,9 +62,20 @@ class Sequence:
     # cache_outputs: prompt + generated ids and their chained page keys, built on first use
     context: np.ndarray | None = None
     context_keys: np.ndarray | None = None
+    # `new_sequence` leaves `keys` unset and hashes the prompt on first read (`__getattr__`):
+    # runs without prefix caching or a prefix-reading policy never read them.
+    key_page_size: int = 0
+    key_hash_bits: int = 64
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.req.prompt_tokens
+
+    def __getattr__(self, name: str):
+        """Called only for an attribute not set: `keys` left for later by `new_sequence`."""
+        if name != "keys" or not self.key_page_size:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        keys = self.keys = page_keys(self.req.prompt, self.key_page_size, self.key_hash_bits)
+        return keys
 
     def drop_tokens(self) -> None:
         """The request is over: free its prompt and keys (memory stays proportional to in-flight work)."""
@@ -101,5 +112,12 @@ class Sequence:
 
 def new_sequence(req: Request, page_size: int, hash_bits: int, now: float) -> Sequence:
     """A request enters the system at `now` (its own arrival time if it carries one)."""
-    keys = page_keys(req.prompt, page_size, hash_bits)
-    return Sequence(req=req, keys=keys, arrival_s=now if req.arrival_s is None else req.arrival_s)
+    seq = Sequence(
+        req=req,
+        keys=_NO_KEYS,
+        arrival_s=now if req.arrival_s is None else req.arrival_s,
+        key_page_size=page_size,
+        key_hash_bits=hash_bits,
+    )
+    del seq.keys  # hashed from the prompt when first read (see Sequence.__getattr__)
+    return seq

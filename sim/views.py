@@ -14,6 +14,7 @@ they will take. The article's layer 2 compares this number with its 90% threshol
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -66,11 +67,29 @@ class NodeView(NamedTuple):
         return self.kv_used_tokens / max(1, self.kv_capacity_tokens)
 
 
-class RouteQuery(NamedTuple):
-    """The request being routed, as the router sees it."""
+class RouteQuery:
+    """The request being routed, as the router sees it. `keys` (uint64 [full prompt pages]: the
+    chained page keys of the prompt) may come from `keys_of` on first read instead: hashing a
+    prompt costs, and most policies never look."""
 
-    request_id: int
-    prompt_tokens: int
-    keys: np.ndarray  # uint64 [full prompt pages]: chained page keys of the prompt
-    page_size: int
-    now_s: float = 0.0  # simulated time of the decision
+    __slots__ = ("request_id", "prompt_tokens", "_keys", "page_size", "now_s", "_keys_of")
+
+    def __init__(
+        self,
+        request_id: int,
+        prompt_tokens: int,
+        keys: np.ndarray | None,
+        page_size: int,
+        now_s: float = 0.0,  # simulated time of the decision
+        keys_of: Callable[[], np.ndarray] | None = None,
+    ):
+        assert keys is not None or keys_of is not None, "RouteQuery needs keys or keys_of"
+        self.request_id, self.prompt_tokens, self.page_size = request_id, prompt_tokens, page_size
+        self.now_s = now_s
+        self._keys, self._keys_of = keys, keys_of
+
+    @property
+    def keys(self) -> np.ndarray:
+        if self._keys is None:
+            self._keys = self._keys_of()  # type: ignore[misc]
+        return self._keys

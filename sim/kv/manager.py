@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.kv.contiguous import ContiguousAllocator
-from sim.kv.index_base import BLOCK_TABLE_ENTRY_BYTES
+from sim.kv.index_base import BLOCK_TABLE_ENTRY_BYTES, Match
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.protocol import CacheCounters
@@ -74,11 +74,14 @@ class PagedKV:
 
     def admit(self, seq: Sequence, now: float) -> bool:
         """Place a waiting request on its cached prefix (references only; see `commit`)."""
-        keys, tokens = seq.keys, seq.req.prompt
-        if self.cache_outputs and seq.recomputed_outputs:  # recompute may hit its own outputs
-            tokens, keys = seq.context_pages(self.page_size, self.hash_bits)
-            tokens = tokens[: seq.prefill_target]
-        match = self.cache.match_prefix(keys, tokens, now, record=False)
+        if self.cache.prefix_cache:
+            keys, tokens = seq.keys, seq.req.prompt
+            if self.cache_outputs and seq.recomputed_outputs:  # may hit its own outputs
+                tokens, keys = seq.context_pages(self.page_size, self.hash_bits)
+                tokens = tokens[: seq.prefill_target]
+            match = self.cache.match_prefix(keys, tokens, now, record=False)
+        else:  # no reuse: nothing to match (and the prompt's keys are not needed)
+            match = Match(pages=[])
         seq.pending_match = match
         seq.pages = list(match.pages)
         seq.num_computed = len(match.pages) * self.page_size
@@ -111,9 +114,9 @@ class PagedKV:
         seq.false_hits += match.false_hits
         seq.wrong_reuse_tokens += match.wrong_reuse_tokens
         new_tokens = seq.prompt_tokens - seq.num_computed
-        first_key = (
-            int(seq.keys[len(match.pages)]) if len(match.pages) < seq.keys.shape[0] else None
-        )
+        first_key = None  # the admission policy's ghost list (not consulted without reuse)
+        if self.cache.prefix_cache and len(match.pages) < seq.keys.shape[0]:
+            first_key = int(seq.keys[len(match.pages)])
         seq.cacheable = self.cache.admit_segment(new_tokens, bool(match.pages), first_key)
 
     def grow(self, seq: Sequence, num_tokens: int, now: float) -> bool:
