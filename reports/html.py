@@ -158,8 +158,8 @@ def render(
     workers: int | None = None,
 ) -> str:
     """The page; `gantt_window` (start, end in simulated s) for the Gantt view (default: 5 s
-    from the middle of the run); figures built by `workers` processes (default: one per core,
-    reports/pieces.py), the same page whatever their number."""
+    from the middle of the run); figures built by `workers` processes (default: one per idle
+    core, reports/pieces.py), the same page whatever their number."""
     arms = all_arms(runs)
     figs = pieces.build(_pieces(runs, arms, gantt_window), workers)
     sections = _body_sections(arms, figs)

@@ -71,8 +71,9 @@ def _run_index(i: int) -> Any:  # in a forked worker
 def _objects_frozen() -> Iterator[None]:
     """Objects alive before the report (modules, the loaded runs) are left out of the garbage
     collector's full scans while it renders: matplotlib makes enough short-lived cycles to
-    trigger them, and each would walk every object of the process (about 7% of a render). In a
-    forked worker this also keeps the collector from writing to, and so copying, shared pages."""
+    trigger two per render, each walking every object of the process (0.2 s of a 3.5 s render
+    on the default study; 0.1 s frozen). In a forked worker this also keeps the collector from
+    writing to, and so copying, the pages it shares with its parent."""
     gc.freeze()
     try:
         yield
