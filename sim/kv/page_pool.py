@@ -41,8 +41,8 @@ FREE, USED, CACHED, RETIRED = (int(s) for s in PageState)
 # every pool): block tables and the prefix index's slots hold an id per page, millions of them
 # at hundreds of nodes, and a fresh int from `tolist()` costs 32 bytes each.
 _PAGE_IDS: list[int] = []
-# allocate_at takes up to this many pages with scalar reads and writes (numpy's per-call cost
-# exceeds a few scalar ones), more in one numpy pass.
+# allocate / allocate_at take up to this many pages with scalar reads and writes (numpy's
+# per-call cost exceeds a few scalar ones), more in one numpy pass.
 ALLOCATE_AT_SCALAR_MAX = 8
 
 
@@ -108,6 +108,8 @@ class PagePool:
     def allocate(self, n: int, now: float) -> list[int]:
         """Take the n oldest free pages (caller checked num_free); each starts with one reference."""
         assert 0 <= n <= self.num_free, "allocate() without enough free pages"
+        if n <= ALLOCATE_AT_SCALAR_MAX:  # a decode's next page, a short chunk's: scalar
+            return self.allocate_at([now] * n)[0]
         pages = self._ring[(self._head + np.arange(n)) % self.num_pages]
         self._head = (self._head + n) % self.num_pages
         self.num_free -= n
