@@ -238,6 +238,69 @@ def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> d
     return out
 
 
+def decode_shared_pages(shape, device, prefix=2048, pool_pages=49490, reps=30) -> dict:
+    """One layer's paged decode attention (kernels.paged_decode) when decodes share their
+    leading pages, as after prefix hits: B sequences drawn at random from G groups, each group's
+    sequences on the same `prefix` tokens of pages, every tail (128-384 tokens) on its own
+    pages. ms per call (CUDA events, median of `reps`, split chosen by the kernel's heuristic)
+    against the same lengths on distinct pages (groups = B), and the share of the batch's KV
+    tokens that are duplicate reads of a page another sequence of the step also reads. The
+    decode table is measured on distinct pages; a shared page read again comes from L2."""
+    from kernels.paged_decode import paged_decode_attention
+
+    hkv, d = shape.num_kv_heads, shape.head_dim
+    k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    rng = np.random.default_rng(4)
+    out: dict = {"prefix": prefix, "pool_pages": pool_pages}
+    for batch in (16, 32, 64):
+        tails = rng.integers(128, 385, batch)
+        lens = prefix + tails
+        q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
+        seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
+        width = -(-int(lens.max()) // PAGE)
+        for groups in sorted({batch, 40, 16, 4, 1}, reverse=True):
+            if groups > batch:
+                continue
+            free = iter(rng.permutation(pool_pages).tolist())
+            heads = [[next(free) for _ in range(prefix // PAGE)] for _ in range(groups)]
+            member = (
+                np.arange(batch) % groups if groups == batch else rng.integers(0, groups, batch)
+            )
+            table = np.zeros((batch, width), dtype=np.int32)
+            for i in range(batch):
+                own = [next(free) for _ in range(-(-int(lens[i]) // PAGE) - prefix // PAGE)]
+                row = heads[member[i]] + own
+                table[i, : len(row)] = row
+            t = torch.from_numpy(table).to(device)
+            kw = dict(max_seq_len=int(lens.max()), total_tokens=int(lens.sum()))
+
+            def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
+                paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
+
+            for _ in range(3):
+                call()
+            times = []
+            for _ in range(reps):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                call()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            distinct_groups = len(set(member.tolist()))
+            dup_tokens = (batch - distinct_groups) * prefix
+            out[f"b{batch}_g{groups}"] = {
+                "ms": float(np.median(times)),
+                "kv_tokens": int(lens.sum()),
+                "duplicate_share": dup_tokens / int(lens.sum()),
+            }
+    return out
+
+
+PARTS = ("decode_shared_pages",)
+
+
 def run(shape_name: str, device: str, seed: int = 0) -> dict:
     shape = SHAPES[shape_name]
     t0 = time.perf_counter()
@@ -305,9 +368,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="llama-3-8b", choices=sorted(SHAPES))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--only", choices=PARTS, help="one GPU measurement instead of the check")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    result = run(args.shape, device)
+    if args.only:
+        result = {"shape": args.shape, args.only: decode_shared_pages(SHAPES[args.shape], device)}
+    else:
+        result = run(args.shape, device)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
