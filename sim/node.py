@@ -135,6 +135,19 @@ class Node:
         """len(running), likewise."""
         return len(self.scheduler.running)
 
+    def free_tokens(self) -> int:
+        """kv.free_tokens() as the step-by-step driver shows it now, without bringing a span up
+        to date: its steps not applied yet take only new pages from the free list."""
+        return self.scheduler.kv.free_tokens() - self._span_tokens()
+
+    def used_tokens(self) -> int:
+        """kv.used_tokens(), likewise."""
+        return self.scheduler.kv.used_tokens() + self._span_tokens()
+
+    def _span_tokens(self) -> int:
+        pairs = self._span_index + 1 - self._span_applied  # steps ended, not applied
+        return self.scheduler.span_tokens(self._batch_seqs, pairs) if pairs > 0 else 0
+
     @property
     def num_preemptions(self) -> int:
         return self.scheduler.num_preemptions

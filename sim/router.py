@@ -69,18 +69,17 @@ class Router:
         matched = self.table.matched_pages(keys).tolist() if self.needs_prefix_match else None
         page_size, capacity, new = self.page_size, self.kv_capacity_tokens, tuple.__new__
         out = []
-        for i, node in enumerate(self.nodes):
-            kv = node.kv
+        for i, node in enumerate(self.nodes):  # read without bringing decode spans up to date
             out.append(
                 new(  # NodeView's fields in order (tuple.__new__: no keyword handling per node)
                     NodeView,
                     (
                         i,
-                        len(node.waiting),
-                        len(node.running),
+                        node.num_waiting,
+                        node.num_running,
                         capacity,
-                        kv.free_tokens(),
-                        kv.used_tokens(),
+                        node.free_tokens(),
+                        node.used_tokens(),
                         node.waiting_prompt_tokens,
                         matched[i] * page_size if matched is not None else 0,
                         node.cfg.max_num_seqs,

@@ -258,6 +258,11 @@ class Scheduler:
         limit = min([seq.req.output_tokens - seq.num_generated for seq in seqs]) - 1
         return span(seqs, limit)
 
+    def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
+        """KV tokens the next `pairs` repeats of a span take from the free list (not applied
+        yet): what the KV's free and used tokens move by when they are (`repeat_decodes`)."""
+        return self.kv.span_tokens(seqs, pairs)  # type: ignore[attr-defined]
+
     def repeat_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
         """`repeat_decode(seqs, now)` at each of these times, in order, for a run `decode_span`
         allowed: the same end state."""

@@ -175,6 +175,18 @@ class PagedKV:
                 seq.kv_tokens = want
         self.held_tokens += held
 
+    def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
+        """Slots the next `pairs` (apply, plan again) pairs of a run `decode_span` allowed take
+        from the free list (whole new pages; the requests as last applied): what free_tokens()
+        and used_tokens() move by once they are applied (advance_decodes)."""
+        size = self.page_size
+        pages = 0
+        for seq in seqs:
+            new = -(-(seq.num_computed + 1 + pairs) // size) - len(seq.pages)
+            if new > 0:
+                pages += new
+        return pages * size
+
     def decode_span(self, seqs: list[Sequence], limit: int) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch, starting
         with the step in flight, only count: no page indexed, every new page from the free list,
@@ -396,6 +408,10 @@ class ContiguousKV:
         """Each of these decoding requests computes one token now and one more next step: do
         both fit in every reservation?"""
         return all(seq.num_computed + 2 <= self.reservation_tokens(seq) for seq in seqs)
+
+    def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
+        """Reservations hold a span's tokens already: free and used tokens do not move."""
+        return 0
 
     def decode_span(self, seqs: list[Sequence], limit: int) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch fit in

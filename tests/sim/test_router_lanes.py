@@ -1,6 +1,7 @@
 """The router's lanes replayed on the clock (the default driver, sim/router.py) decide and deliver
 exactly as the reference's SimPy process per decision (`exact_steps: true`): busy lanes, queues
-in line, lanes by prefix or any, open and closed loops; requests, time series and summaries equal."""
+in line, lanes by prefix or any, open and closed loops, policies reading the nodes' free KV while
+they decode in spans; requests, time series and summaries equal."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ lanes = st.fixed_dictionaries(
         "rate": st.one_of(st.none(), st.floats(5.0, 400.0)),
         "clients": st.integers(1, 60),
         "arm": st.sampled_from(["paged", "engine"]),
+        # load-reading policies: their views read free and used KV mid-span (sim/node.py)
+        "routing": st.sampled_from([None, "least_kv", "least_loaded"]),
         "seed": st.integers(0, 2**16),
     }
 )
@@ -51,6 +54,11 @@ def test_lanes_decide_the_same_both_ways(w):
             },
         },
     }
-    ref, fast = run_both(raw, w["arm"])
+    arm = w["arm"]
+    if w["routing"] is not None:  # the arm's cache, this routing policy
+        raw["arms"] = {"x": {"cache": {"prefix_cache": arm == "engine"}}}
+        raw["policies"] = {"routing": {"name": w["routing"]}}
+        arm = "x"
+    ref, fast = run_both(raw, arm)
     assert_same(ref, fast)
     assert fast[4] < ref[4] or ref[1].empty  # fewer SimPy events: no process per decision
