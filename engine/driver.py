@@ -16,10 +16,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from engine.runner import GpuExecutor
+from sim.metrics import Recorder
 from sim.scheduler import Scheduler
 from sim.steps import step_row
+
+if TYPE_CHECKING:
+    from sim.cluster import Cluster
 
 IDLE_POLL_S = 0.0005  # an idle loop re-checks memory that may come back this often
 SPIN_S = 0.0005  # sleep until this close to an arrival, then spin (sleep overshoots ~0.1 ms)
@@ -30,6 +35,37 @@ class RunResult:
     sequences: list = field(default_factory=list)
     steps: list[tuple] = field(default_factory=list)  # sim.steps.step_row + gpu_s, prep_s, sched_s
     wall_s: float = 0.0
+    series: Recorder | None = None  # timeseries.csv rows, sampled as the simulator samples
+
+
+class EngineNode:
+    """The node as `sim.metrics.Recorder` samples it (its KV usage and queues), read from the
+    engine's scheduler: an engine run's timeseries.csv has the simulator's columns."""
+
+    node_id = 0
+
+    def __init__(self, scheduler: Scheduler, node_cfg):
+        self.scheduler, self.kv, self.cfg = scheduler, scheduler.kv, node_cfg
+
+    @property
+    def waiting_prompt_tokens(self) -> int:
+        return self.scheduler.waiting_prompt_tokens
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+
+class EngineCluster:
+    """`Recorder.sample`'s view of a one-node engine."""
+
+    def __init__(self, scheduler: Scheduler, cfg):
+        self.nodes = [EngineNode(scheduler, cfg.node)]
+        self.token_bytes = cfg.model.kv_bytes_per_token
 
 
 class WallClockDriver:
@@ -40,8 +76,13 @@ class WallClockDriver:
         make_sequence: Callable,  # (request, arrival_s) -> Sequence, status FAILED if it never fits
         duration_s: float,
         idle_reclaim: Callable[[float], float | None],
+        sampler: tuple[Recorder, EngineCluster, float] | None = None,
     ):
+        """`sampler`: (recorder, the node as it reads it, interval s): one time-series row per
+        interval, taken between steps (host time outside every measured step)."""
         self.scheduler, self.executor = scheduler, executor
+        self.sampler = sampler
+        self._next_sample = 0.0
         self.idle_reclaim = idle_reclaim
         self.make_sequence = make_sequence
         self.duration_s = duration_s
@@ -107,12 +148,25 @@ class WallClockDriver:
         self._submit_after_schedule = True
         return self._loop(arrivals)
 
+    def _sample(self, now: float) -> None:
+        """Time-series rows up to now, stamped at their interval marks (the state is the one
+        between the steps around each mark, as the simulator's sampler sees it)."""
+        recorder, cluster, interval = self.sampler  # type: ignore[misc]
+        view = cast("Cluster", cluster)  # Recorder reads only what EngineCluster has
+        while self._next_sample <= now and self._next_sample < self.duration_s:
+            recorder.sample(self._next_sample, view)
+            self._next_sample += interval
+
     def _loop(self, arrivals: Callable[[float], float | None]) -> RunResult:
         self._t0 = time.perf_counter()
+        if self.sampler is not None:
+            self.result.series = self.sampler[0]
         while True:
             now = self.now()
             if now >= self.duration_s:
                 break
+            if self.sampler is not None:
+                self._sample(now)
             late = self._submit_after_schedule
             next_arrival = None if late else arrivals(now)
             if self._exhausted and not self.scheduler.has_work():

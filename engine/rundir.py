@@ -4,6 +4,8 @@
     <out>/engine/config.json   resolved config
     <out>/engine/requests.csv  sim.metrics.request_frame: one row per request
     <out>/engine/steps.csv     sim.steps.STEP_COLUMNS + engine.runner.ENGINE_STEP_COLUMNS
+    <out>/engine/timeseries.csv  sim.metrics.SERIES_COLUMNS every sample_interval_s (runs after
+                               round 3 of 2026-11-30; sampled between steps)
     <out>/summary.json         {"arms": {"engine": metrics}, "latency_model": "measured:<device>", ...}
     <out>/run_info.json        wall time and date
 
@@ -114,6 +116,10 @@ def write_run(
     frame = request_frame(result.sequences, ARM)
     frame.to_csv(tmp / ARM / "requests.csv", index=False, float_format="%.6f")
     steps_frame(result).to_csv(tmp / ARM / "steps.csv", index=False, float_format="%.6f")
+    if result.series is not None:  # the simulator's per-node samples (KV usage, queues)
+        result.series.series().to_csv(
+            tmp / ARM / "timeseries.csv", index=False, float_format="%.6f"
+        )
     summary = {
         "arms": {ARM: metrics(cfg, result, kv, num_preemptions)},
         "latency_model": f"measured:{_device()}",

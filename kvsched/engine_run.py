@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from engine.driver import WallClockDriver
+from engine.driver import EngineCluster, WallClockDriver
 from engine.graphs import DecodeGraphs
 from engine.kv_pool import KVPool
 from engine.model import PagedModel
@@ -42,6 +42,7 @@ from policies import make_policy
 from sim.config import load_config_file, parse_config
 from sim.kv.manager import paged_kv_from_config
 from sim.latency import make_latency_model
+from sim.metrics import Recorder
 from sim.scheduler import Scheduler
 from sim.sequence import Sequence, Status, new_sequence
 from workloads.registry import make_workload
@@ -74,6 +75,7 @@ def serve_one(cfg, raw: dict, forward: StepForward, out_dir: Path, tp_runner=Non
         _sequence_factory(cfg, kv, scheduler.headroom_tokens),
         cfg.duration_s,
         kv.idle_reclaim,
+        sampler=(Recorder(cfg), EngineCluster(scheduler, cfg), cfg.sample_interval_s),
     )
     if workload.num_clients is None:
         result = driver.run_open_loop(workload.requests)

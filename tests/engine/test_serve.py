@@ -20,7 +20,7 @@ from engine.shape import TINY, ModelShape
 from engine.weights import random_weights
 from kvsched.engine_run import capture_graphs, serve_one
 from sim.config import parse_config
-from sim.metrics import REQUEST_COLUMNS
+from sim.metrics import REQUEST_COLUMNS, SERIES_COLUMNS
 from sim.steps import STEP_COLUMNS
 
 RAW = {
@@ -97,3 +97,7 @@ def test_engine_run_matches_reference_and_counts_cache_hits(tmp_path, monkeypatc
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["arms"]["engine"]
     assert requests.cached_tokens.max() >= 32  # two full pages of a group's system prompt
     assert steps.cached_tokens.sum() == requests.cached_tokens.sum()
+    series = pd.read_csv(run_dir / "timeseries.csv")  # the simulator's samples, 1 s apart
+    assert list(series.columns) == SERIES_COLUMNS
+    assert series.time_s.tolist() == [float(i) for i in range(len(series))]
+    assert (series.node == 0).all() and (series.kv_capacity_bytes > 0).all()
