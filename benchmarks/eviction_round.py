@@ -1,69 +1,72 @@
-"""Eviction round cost on a full node: CPU microseconds per round and pages scored per round.
+"""Eviction rounds in a real run: CPU microseconds per round and pages scored per round.
 
-    python -m benchmarks.eviction_round                  # engine arm (scored + zone), LRU arm
-    python -m benchmarks.eviction_round --seconds 200 --rounds 200
+    python -m benchmarks.eviction_round                   # engine (scored + zone) and LRU arms
+    python -m benchmarks.eviction_round --nodes 2 --seconds 300
 
-Setup: one node of the seed workload (25 closed-loop clients, Llama-3-8B on H200) simulated for
-`--seconds`, long enough that its pool is full of cached prefixes. Then `--rounds` allocations of
-`eviction_batch_pages` (64) pages each, a round of eviction apiece, on a copy of that cache, the
-clock advancing 10 ms a round. CPU time (the machine is shared), best of 3 copies.
+Setup: the seed workload at 25 closed-loop clients per node (Llama-3-8B on H200) for
+`--seconds`; the pools fill after ~2 simulated minutes, then every allocation that finds no free
+page runs an eviction round (at least `eviction_batch_pages` = 64 pages). Each round's CPU time
+is measured around the cache's round (the machine is shared: CPU, not wall) and the pages its
+policy scored are counted, over all rounds of the run. Also the run's whole CPU time, for scale.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import time
 
 from kvsched.experiment import resolve_arms, run_arm
+from policies.eviction import FIFO, LFU, LRU, Scored
 from sim.kv.paged_cache import PagedKVCache
 
 
-def full_cache(arm: str, seconds: float) -> tuple[PagedKVCache, float]:
-    raw = {"duration_s": seconds, "cluster": {"num_nodes": 1}}
-    raw["workload"] = {"name": "seed", "params": {"num_clients": 25}}
-    cluster, _, _, _ = run_arm(resolve_arms(raw, [arm])[arm], arm, show_progress=False)
-    cache = cluster.nodes[0].kv.cache  # type: ignore[attr-defined]
-    cache.listeners = []  # no routing table here
-    return cache, cluster.env.now
+def measure(arm: str, nodes: int, seconds: float) -> dict[str, float]:
+    counts = {"rounds": 0, "cpu_s": 0.0, "scored": 0}
+    evict = PagedKVCache._evict
+    scorers = {cls: cls.priority for cls in (LRU, LFU, FIFO, Scored)}
 
+    def timed_evict(self, need, now):
+        cpu = time.process_time()
+        evict(self, need, now)
+        counts["cpu_s"] += time.process_time() - cpu
+        counts["rounds"] += 1
 
-class Counting:
-    """The cache's policy, counting the pages it scores."""
+    def counted(priority):
+        def scored(self, stats, pages, now):
+            counts["scored"] += len(pages)
+            return priority(self, stats, pages, now)
 
-    def __init__(self, policy):
-        self.policy, self.scored = policy, 0
+        return scored
 
-    def priority(self, stats, pages, now):
-        self.scored += len(pages)
-        return self.policy.priority(stats, pages, now)
-
-
-def rounds(cache: PagedKVCache, now: float, num: int) -> tuple[float, float]:
-    """(CPU us per round, pages scored per round) over `num` full-pool allocations."""
-    batch = cache.eviction_batch_pages
-    counting = Counting(cache.eviction)
-    cache.eviction = counting
-    cpu = time.process_time()
-    for i in range(num):
-        assert cache.allocate(batch, now + 0.01 * i) is not None
-    cpu = time.process_time() - cpu
-    return cpu / num * 1e6, counting.scored / num
+    raw = {"duration_s": seconds, "cluster": {"num_nodes": nodes}}
+    raw["workload"] = {"name": "seed", "params": {"num_clients": 25 * nodes}}
+    PagedKVCache._evict = timed_evict  # type: ignore[method-assign]
+    for cls, priority in scorers.items():
+        cls.priority = counted(priority)  # type: ignore[method-assign]
+    try:
+        cpu = time.process_time()
+        run_arm(resolve_arms(raw, [arm])[arm], arm, show_progress=False)
+        counts["run_cpu_s"] = time.process_time() - cpu
+    finally:
+        PagedKVCache._evict = evict  # type: ignore[method-assign]
+        for cls, priority in scorers.items():
+            cls.priority = priority  # type: ignore[method-assign]
+    return counts
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=400.0, help="simulated s to fill the pool")
-    ap.add_argument("--rounds", type=int, default=100, help="eviction rounds timed")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=400.0, help="simulated seconds")
     ap.add_argument("--arms", nargs="*", default=["engine", "paged+prefix"])
     args = ap.parse_args(argv)
     for arm in args.arms:
-        cache, now = full_cache(arm, args.seconds)
-        runs = [rounds(copy.deepcopy(cache), now, args.rounds) for _ in range(3)]
-        us, scored = min(runs)
+        c = measure(arm, args.nodes, args.seconds)
+        rounds = max(1, int(c["rounds"]))
         print(
-            f"{arm} ({type(cache.eviction).__name__}): {us:.0f} us CPU per eviction round "
-            f"(best of 3), {scored:.0f} pages scored per round of {cache.pool.num_cached} cached"
+            f"{arm}: {int(c['rounds'])} eviction rounds, {c['cpu_s'] / rounds * 1e6:.0f} us CPU "
+            f"per round, {c['scored'] / rounds:.0f} pages scored per round; rounds "
+            f"{c['cpu_s']:.2f} s of the run's {c['run_cpu_s']:.2f} s CPU"
         )
 
 

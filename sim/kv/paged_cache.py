@@ -270,7 +270,9 @@ class PagedKVCache:
         if zone.size:
             evictable[zone] = False
         if pool.epoch_reclaim:
-            evictable &= pool.release_epoch <= pool.epochs.last_exited(now)
+            last_exited = pool.epochs.last_exited(now)
+            if last_exited < pool.epochs.epoch:  # else every page was released in an epoch <= it
+                evictable &= pool.release_epoch <= last_exited
         return np.flatnonzero(evictable)
 
     def _evict(self, need: int, now: float) -> None:
