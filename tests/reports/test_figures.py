@@ -5,15 +5,18 @@ from __future__ import annotations
 import re
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from matplotlib.figure import Figure
 
 from reports.catalog import best_value, fmt
 from reports.figures import (
     MAX_CDF_BODY_POINTS,
+    _InView,
     bucket_index,
     cdf_points,
     downsample_peak,
@@ -77,3 +80,18 @@ def test_svg_has_no_metadata_and_short_coordinates():
     text = svg(fig, "k")
     assert text.startswith("<svg") and "<metadata>" not in text
     assert not re.search(r' d="[^"]*\d\.\d{3}', text)
+
+
+def test_in_view_locator_drops_only_the_ticks_outside_the_view():
+    fig = Figure()
+    ax = fig.subplots()
+    ax.set_xlim(-60, 1260)
+    ax.set_yscale("log")
+    ax.set_ylim(3, 2000)
+    ax.xaxis.set_major_locator(_InView(matplotlib.ticker.MultipleLocator(200)))
+    ax.yaxis.set_major_locator(_InView(ax.yaxis.get_major_locator()))
+    # The base locators return -200 and 1400, 1 and 10,000 too: a step beyond each end.
+    assert ax.xaxis.get_major_locator()().tolist() == [0, 200, 400, 600, 800, 1000, 1200]
+    assert ax.yaxis.get_major_locator()().tolist() == [10, 100, 1000]
+    ax.set_xlim(0, 1200)  # ends on a tick: kept
+    assert ax.xaxis.get_major_locator()().tolist() == [0, 200, 400, 600, 800, 1000, 1200]
