@@ -50,22 +50,133 @@ class EngineRun:
 
 
 def load_engine_run(run_dir: Path) -> EngineRun:
+    """The run's resolved config, requests.csv and steps.csv, checked field by field: a damaged
+    file is refused with its path, line and field (ConfigError), never replayed as a shorter
+    run that agrees with nothing to disagree about."""
     arm = run_dir / ARM
     for name in ("config.json", "requests.csv", "steps.csv"):
         if not (arm / name).is_file():
             raise ConfigError(f"{run_dir}: not an engine run (no {ARM}/{name})")
-    cfg = parse_config(json.loads((arm / "config.json").read_text()), source=str(arm))
-    requests, steps = pd.read_csv(arm / "requests.csv"), pd.read_csv(arm / "steps.csv")
-    for name, frame, columns in (
-        ("requests.csv", requests, REQUEST_COLUMNS),
-        ("steps.csv", steps, STEP_COLUMNS),
-    ):
-        missing = [c for c in columns if c not in frame.columns]
-        if missing:
-            raise ConfigError(
-                f"{arm / name}: missing columns {', '.join(missing)} (written by an older engine?)"
-            )
+    try:
+        raw = json.loads((arm / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{arm / 'config.json'}: not valid JSON ({err})") from None
+    cfg = parse_config(raw, source=str(arm))
+    requests = _read_table(arm / "requests.csv", REQUEST_COLUMNS, REQUEST_FIELDS)
+    steps = _read_table(arm / "steps.csv", STEP_COLUMNS, STEP_FIELDS)
+    _check_requests(arm / "requests.csv", requests)
+    _check_steps(arm / "steps.csv", steps)
+    _check_steps_cover_requests(arm, requests, steps)
     return EngineRun(cfg, requests, steps)
+
+
+# Fields the validation reads, and what each must hold: (kind, least value); None: any.
+REQUEST_FIELDS = {
+    "request_id": ("int", 0),
+    "arrival_s": ("float", 0.0),
+    "cached_tokens": ("int", 0),
+    "queued_step": ("int", -1),
+}
+STEP_FIELDS = {
+    "step": ("int", 0),
+    "start_s": ("float", 0.0),
+    "duration_s": ("float", 0.0),
+    "num_prefill": ("int", 0),
+    "prefill_tokens": ("int", 0),
+    "num_decode": ("int", 0),
+    "decode_ctx_sum": ("int", 0),
+    "cached_tokens": ("int", 0),
+}
+
+
+def _read_table(path: Path, columns: list[str], fields: dict) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "empty"
+        raise ConfigError(f"{path}: not a CSV table ({first})") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ConfigError(
+            f"{path}: missing columns {', '.join(missing)} (written by an older engine?)"
+        )
+    if frame.empty:
+        raise ConfigError(f"{path}: no rows (the run served nothing to compare)")
+    for name, (kind, least) in fields.items():
+        values = pd.to_numeric(frame[name], errors="coerce")
+        bad = ~np.isfinite(values.to_numpy(dtype=np.float64)) | (values < least)
+        if kind == "int":
+            bad |= values.notna() & (values != values.round())
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            want = f"{'an integer' if kind == 'int' else 'a number'} >= {least}"
+            got = frame[name].iloc[i]
+            shown = "nothing" if pd.isna(got) else repr(str(got))
+            raise ConfigError(f"{path} line {i + 2}: {name} must be {want}, got {shown}")
+        frame[name] = values.astype(np.int64 if kind == "int" else np.float64)
+    return frame
+
+
+def _check_requests(path: Path, requests: pd.DataFrame) -> None:
+    """The engine numbers requests in the order the workload generates them: 0 .. n-1, once
+    each (validate regenerates them from the config up to the last id)."""
+    ids = requests.request_id.to_numpy()
+    if not np.array_equal(np.sort(ids), np.arange(len(ids))):
+        first: dict[int, int] = {}
+        for k, v in enumerate(ids.tolist()):
+            if v >= len(ids) or first.setdefault(v, k) != k:
+                break
+        i = k
+        raise ConfigError(
+            f"{path} line {i + 2}: request_id must number the {len(ids)} requests "
+            f"0..{len(ids) - 1} once each, got {ids[i]}"
+        )
+
+
+def _check_steps_cover_requests(arm: Path, requests: pd.DataFrame, steps: pd.DataFrame) -> None:
+    """Every request's first step is recorded, but for the one step in flight when the run
+    ended (not recorded: it was not applied): a steps.csv cut short is refused, not replayed."""
+    last = steps.iloc[-1]
+    later = requests.scheduled_s[requests.scheduled_s > last.start_s + 1e-9]
+    starts = sorted(set(later.round(9)))
+    if len(starts) > 1 or (starts and starts[0] < last.start_s + last.duration_s - 1e-6):
+        raise ConfigError(
+            f"{arm / 'steps.csv'}: ends at step {int(last.step)} (start {last.start_s:g} s) but "
+            f"requests.csv has requests first scheduled at {len(starts)} later step starts: "
+            "steps are missing"
+        )
+
+
+def _check_steps(path: Path, steps: pd.DataFrame) -> None:
+    """Steps in order (0, 1, ...), each starting no earlier than the last ended, with chunks
+    `new@context` that add up to the row's counts."""
+    bad = steps.step.to_numpy() != np.arange(len(steps))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(
+            f"{path} line {i + 2}: step must be {i} (steps in order), got {steps.step.iloc[i]}"
+        )
+    start, end = steps.start_s.to_numpy(), (steps.start_s + steps.duration_s).to_numpy()
+    overlap = start[1:] < end[:-1] - 1e-9
+    if overlap.any():
+        i = int(np.argmax(overlap)) + 1
+        raise ConfigError(
+            f"{path} line {i + 2}: start_s {start[i]} is before the previous step ended"
+        )
+    for i, row in enumerate(steps.itertuples(index=False)):
+        text = "" if row.prefill_chunks != row.prefill_chunks else str(row.prefill_chunks)
+        chunks = [c.split("@") for c in text.split(";")] if text else []
+        ok = all(len(c) == 2 and c[0].isdigit() and c[1].isdigit() for c in chunks)
+        if (
+            not ok
+            or len(chunks) != row.num_prefill
+            or (sum(int(n) for n, _ in chunks) != row.prefill_tokens)
+        ):
+            raise ConfigError(
+                f"{path} line {i + 2}: prefill_chunks must be num_prefill={row.num_prefill} items "
+                f"'new@context' joined by ';' adding up to prefill_tokens={row.prefill_tokens}, "
+                f"got {text!r}"
+            )
 
 
 def run_workload(cfg: ExperimentConfig) -> Workload:
@@ -127,10 +238,20 @@ def replay(run: EngineRun, requests: list[Request]) -> dict:
     engine_cached = dict(
         zip(run.requests.request_id.astype(int), run.requests.cached_tokens, strict=True)
     )
+    # Admitted by the engine in a recorded step (the step in flight at the end is not recorded)
+    last_start = float(run.steps.start_s.iloc[-1])
+    r = run.requests
+    admitted = set(r.request_id[r.scheduled_s.notna() & (r.scheduled_s <= last_start + 1e-9)])
     mismatched = sum(
+        # admitted by the engine but never by the replay (a step missing, or another decision)
+        not (i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s)
+        if i in admitted
+        else i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s  # and the other way
+        for i in engine_cached
+    ) + sum(
         seqs[i].cached_tokens != c
         for i, c in engine_cached.items()
-        if i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s  # admitted in the replay
+        if i in admitted and i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s
     )
     return {
         "cached_tokens_mismatch": int(mismatched),
@@ -411,9 +532,14 @@ def summary_lines(result: dict) -> list[str]:
 
 
 def cmd_validate(args) -> int:
-    from reports.output import write_output
+    from reports.output import check_output, write_output
 
     overhead_from = Path(args.overhead_from) if args.overhead_from else None
+    # Unusable output paths are refused before the work, not after it.
+    if args.json:
+        check_output(Path(args.json), "--json", f'"schema": "{SCHEMA}"')
+    if args.report:
+        check_output(Path(args.report), "--report", REPORT_TITLE)
     result, tables = validate(Path(args.run_dir), overhead_from)
     print("\n".join(summary_lines(result)))
     if args.json:
