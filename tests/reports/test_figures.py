@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
@@ -20,6 +19,7 @@ from reports.figures import (
     bucket_index,
     cdf_points,
     downsample_peak,
+    new_figure,
     scatter_keep,
     svg,
 )
@@ -74,7 +74,8 @@ def test_best_value_ignores_ties_in_what_is_shown():
 
 
 def test_svg_has_no_metadata_and_short_coordinates():
-    fig, ax = plt.subplots()
+    fig, axes = new_figure()
+    ax = axes[0, 0]
     ax.plot([0.123456789, 1.987654321], [2.5, 3.25])
     ax.set(title="t", xlabel="x (s)", ylabel="y (s)")
     text = svg(fig, "k")
