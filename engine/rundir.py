@@ -103,7 +103,8 @@ def write_run(
     out_dir: Path, raw: dict, cfg, result, kv, num_preemptions: int, info: dict | None = None
 ) -> dict:
     tmp = out_dir.with_name(out_dir.name + ".partial")
-    for path in (out_dir, tmp):
+    previous = out_dir.with_name(out_dir.name + ".previous")
+    for path in (out_dir, tmp, previous):
         if not _replaceable(path):
             raise ConfigError(
                 f"--out: {path} exists and was not written by kvsched; choose another"
@@ -131,8 +132,13 @@ def write_run(
     _json(tmp / "summary.json", summary)
     date = datetime.now(UTC).isoformat(timespec="seconds")
     _json(tmp / "run_info.json", {"wall_s": round(result.wall_s, 3), "date": date, **(info or {})})
-    shutil.rmtree(out_dir, ignore_errors=True)
+    # The run it replaces is moved aside, not deleted, until the new one is in place: a signal
+    # between the two renames leaves both (marked) on disk, never neither.
+    shutil.rmtree(previous, ignore_errors=True)
+    if out_dir.exists():
+        out_dir.rename(previous)
     tmp.rename(out_dir)
+    shutil.rmtree(previous, ignore_errors=True)
     return summary
 
 

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,8 +39,9 @@ from engine.tp import TensorParallelRunner
 from engine.warmup import warm_up
 from engine.weights import random_weights
 from kvsched.engine_cli import add_graphs_option
+from kvsched.outdir import PARTIAL_SUFFIX, check_writable, marker_kind
 from policies import make_policy
-from sim.config import load_config_file, parse_config
+from sim.config import ConfigError, load_config_file, parse_config
 from sim.kv.manager import paged_kv_from_config
 from sim.latency import make_latency_model
 from sim.metrics import Recorder
@@ -60,7 +62,6 @@ def _sequence_factory(cfg, kv, headroom_tokens: int):
 
 def serve_one(cfg, raw: dict, forward: StepForward, out_dir: Path, tp_runner=None) -> dict:
     model = forward.model
-    assert cfg.cluster.num_nodes == 1 and cfg.cache.mechanism == "paged", "one paged node"
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     kv = paged_kv_from_config(cfg, latency, 0, make_policy)
     assert kv.cache.pool.num_pages <= model.pool.num_pages
@@ -157,9 +158,44 @@ def main(argv: list[str] | None = None) -> None:
     if args.duration_s is not None:  # the run directory's config.json says what ran
         raws = [{**r, "duration_s": args.duration_s} for r in raws]
     cfgs = [parse_config(r, source=p) for r, p in zip(raws, args.config, strict=True)]
-    assert len({c.model.name for c in cfgs}) == 1, "one model per process"
+    outs = [Path(args.out_root) / Path(p).stem for p in args.config]
+    tp = int(os.environ.get("WORLD_SIZE", "1"))
+    preflight(cfgs, args.config, outs, tp)  # before the GPU work, not after it
     rank, tp = _init_tp()
-    assert all(c.node.tp == tp for c in cfgs), f"node.tp must be the number of processes ({tp})"
+    try:
+        _serve(args, raws, cfgs, outs, rank, tp)
+    except BaseException:
+        if tp > 1 and torch.cuda.is_available():
+            # Leaving through the NCCL teardown hangs once graphs captured collectives
+            # (_exit_tp): say what failed and leave at once; the other rank's timeout ends it.
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+        raise
+
+
+def preflight(cfgs, paths: list[str], outs: list[Path], tp: int) -> None:
+    """What the engine serves (one paged node, node.tp = the processes), each config's
+    workload, and each output directory, checked before any GPU work (ConfigError: exit 2)."""
+    if len({c.model.name for c in cfgs}) != 1:
+        raise ConfigError("--config: the configs of one engine process must share one model")
+    for cfg, path, out in zip(cfgs, paths, outs, strict=True):
+        if cfg.cluster.num_nodes != 1 or cfg.cache.mechanism != "paged":
+            raise ConfigError(
+                f"{path}: the engine serves one node with a paged cache (cluster.num_nodes: 1, "
+                f"cache.mechanism: paged), got {cfg.cluster.num_nodes} / {cfg.cache.mechanism}"
+            )
+        if cfg.node.tp != tp:
+            raise ConfigError(f"{path}: node.tp must be the number of processes ({tp})")
+        make_workload(cfg.workload.name, cfg.workload.params, np.random.default_rng(0))
+        check_writable(out, "run")
+        partial = out.with_name(out.name + PARTIAL_SUFFIX)
+        if partial.exists() and marker_kind(partial) is None:
+            raise ConfigError(f"--out: {partial} exists and was not created by kvsched")
+
+
+def _serve(args, raws, cfgs, outs: list[Path], rank: int, tp: int) -> None:
     t0 = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, num_pages = build_model(cfgs, device, rank, tp)
@@ -186,8 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         f"warm-up {warm:.1f}s",
         flush=True,
     )
-    for raw, cfg, path in zip(raws, cfgs, args.config, strict=True):
-        out = Path(args.out_root) / Path(path).stem
+    for raw, cfg, out in zip(raws, cfgs, outs, strict=True):
         summary = serve_one(cfg, raw, forward, out, runner)
         eng = summary["arms"]["engine"]
         print(
@@ -216,4 +251,8 @@ def _exit_tp() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as err:  # as the kvsched CLI does: one line, exit 2
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
