@@ -89,6 +89,14 @@ def _read_csv(path: Path, required_columns: list[str]) -> pd.DataFrame:
     return frame
 
 
+def _read_series(path: Path) -> pd.DataFrame:
+    """timeseries.csv; an engine run written before the engine sampled one (engine/runs/ up
+    to round 3) has none: no rows, and the sections that need them say so."""
+    if not path.is_file() and (path.parent / "steps.csv").is_file():
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in REQUIRED_SERIES_COLUMNS})
+    return _read_csv(path, REQUIRED_SERIES_COLUMNS)
+
+
 # Columns every plot relies on; everything else is optional and only adds sections.
 REQUIRED_REQUEST_COLUMNS = ["arrival_s", "first_token_s", "finish_s", "prompt_tokens", "status"]
 REQUIRED_SERIES_COLUMNS = ["time_s", "node"]
@@ -114,7 +122,7 @@ def load_run(path: str | Path, frames: bool = True) -> Run:
         )
         if frames:
             arm.requests = _read_csv(arm_dir / "requests.csv", REQUIRED_REQUEST_COLUMNS)
-            arm.series = _read_csv(arm_dir / "timeseries.csv", REQUIRED_SERIES_COLUMNS)
+            arm.series = _read_series(arm_dir / "timeseries.csv")
             if (arm_dir / "evictions.csv").is_file():
                 arm.evictions = _read_csv(
                     arm_dir / "evictions.csv", ["prefix_position_from", "evicted_pages"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.rundata import _read_csv, read_json
+from reports.rundata import _read_csv, _read_series, read_json
 from sim.config import ConfigError
 from sim.rundir import arm_dir_name
 
@@ -96,7 +96,7 @@ def load_timeline(
         raise ConfigError(f"--start/--end: the window [{lo:g}, {hi:g}] s is empty")
     d = run_dir / arm_dir_name(arm)
     requests = _read_csv(d / "requests.csv", REQUEST_COLUMNS)
-    series = _read_csv(d / "timeseries.csv", ["time_s", "node"])
+    series = _read_series(d / "timeseries.csv")
     steps = _optional(d / "steps.csv", STEP_COLUMNS)
     events = _optional(d / "events.csv", EVENT_COLUMNS)
     transfers = _optional(d / "transfers.csv", TRANSFER_COLUMNS)
