@@ -131,6 +131,11 @@ def test_decode_graph_inputs_match_the_eager_step(model, weights, forced_splits,
     assert graphs.splits.tolist()[0] == (forced_splits or 1)
     for row, p in zip(padded, prompts, strict=True):
         assert_close(row, reference_logits(TINY, weights, torch.tensor(p))[-1])
+    # and the eager step with the same split chosen on the host gives the same logits
+    step = model.prepare(works)
+    step.decode_num_splits = forced_splits
+    eager = model.forward(step)
+    torch.testing.assert_close(padded.float(), eager.float(), rtol=0, atol=1e-2)
 
 
 def test_piecewise_mixed_step_matches_reference(model, weights):
