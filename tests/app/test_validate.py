@@ -65,7 +65,12 @@ def test_a_simulated_run_validates_exactly(tmp_path, raw):
     for key in ("ttft", "tpot", "e2e"):
         assert result[f"{key}_median_abs_err"] == pytest.approx(0, abs=1e-9), key
         assert result[f"{key}_p90_abs_err"] == pytest.approx(0, abs=1e-9), key
+        assert result[f"{key}_p50_rel_err"] == pytest.approx(0, abs=1e-9), key
+        assert result[f"{key}_p90_rel_err"] == pytest.approx(0, abs=1e-9), key
     assert result["throughput_abs_err"] == 0
+    # a simulated run's steps cost what the model says: nothing is left over to measure
+    for term in ("step_overhead_s", "prefill_step_overhead_s", "token_overhead_s"):
+        assert result[f"measured_{term}"] == 0, term
     assert len(tables["steps"]) == result["replayed_steps"]
 
 

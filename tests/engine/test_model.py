@@ -185,3 +185,18 @@ def test_fused_elementwise_kernels_give_the_torch_path_logits(weights, monkeypat
     for fused, plain in zip(serve(True), serve(False), strict=True):
         assert_close(fused, plain)
         assert int(fused.argmax()) == int(plain.argmax())
+
+
+def test_the_check_gate_stops_on_nan_graph_logits():
+    """engine/runs/device_run.sh serves only after engine.check_gate passes; the first H200
+    call of round 3 recorded NaN graph logits (a freed workspace) and served anyway."""
+    import json
+    from pathlib import Path
+
+    from engine.check_gate import bad
+
+    logs = Path(__file__).resolve().parents[2] / "engine" / "runs" / "logs" / "2026-11-30_run3"
+    broken = json.loads((logs / "check_llama3_8b_call1_workspace_bug.json").read_text())
+    fixed = json.loads((logs / "check_llama3_8b.json").read_text())
+    assert bad(broken) == ["decode_graphs.b64.rel_err=nan"]
+    assert bad(fixed) == []
