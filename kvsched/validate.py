@@ -61,13 +61,27 @@ def load_engine_run(run_dir: Path) -> EngineRun:
         raw = json.loads((arm / "config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{arm / 'config.json'}: not valid JSON ({err})") from None
-    cfg = parse_config(raw, source=str(arm))
+    cfg = _as_served(parse_config(raw, source=str(arm)), run_dir / "run_info.json")
     requests = _read_table(arm / "requests.csv", REQUEST_COLUMNS, REQUEST_FIELDS)
     steps = _read_table(arm / "steps.csv", STEP_COLUMNS, STEP_FIELDS)
     _check_requests(arm / "requests.csv", requests)
     _check_steps(arm / "steps.csv", steps)
     _check_steps_cover_requests(arm, requests, steps)
     return EngineRun(cfg, requests, steps)
+
+
+def _as_served(cfg: ExperimentConfig, run_info: Path) -> ExperimentConfig:
+    """The config with the graph mode the engine served with: without piecewise graphs
+    (`--graphs none | decode`) no step with a chunk is graphed, so every such step is priced,
+    and its terms fitted, as launched whole (gpu.mixed_graph_max_tokens 0)."""
+    try:
+        graphs = json.loads(run_info.read_text()).get("graphs", "all")
+    except (OSError, ValueError, AttributeError):
+        graphs = "all"  # runs written before the engine recorded its graph mode
+    if graphs in ("none", "decode"):
+        gpu = cfg.gpu.model_copy(update={"mixed_graph_max_tokens": 0})
+        return cfg.model_copy(update={"gpu": gpu})
+    return cfg
 
 
 # Fields the validation reads, and what each must hold: (kind, least value); None: any.
