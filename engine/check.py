@@ -238,7 +238,9 @@ def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> d
     return out
 
 
-def decode_shared_pages(shape, device, prefix=2048, pool_pages=49490, reps=30) -> dict:
+def decode_shared_pages(
+    shape, device, prefix=2048, pool_pages=49490, reps=30, batches=(16, 32, 64)
+) -> dict:
     """One layer's paged decode attention (kernels.paged_decode) when decodes share their
     leading pages, as after prefix hits: B sequences drawn at random from G groups, each group's
     sequences on the same `prefix` tokens of pages, every tail (128-384 tokens) on its own
@@ -253,7 +255,9 @@ def decode_shared_pages(shape, device, prefix=2048, pool_pages=49490, reps=30) -
     v = torch.randn_like(k)
     rng = np.random.default_rng(4)
     out: dict = {"prefix": prefix, "pool_pages": pool_pages}
-    for batch in (16, 32, 64):
+    for batch in batches:
+        if batch * (prefix + 384) > (pool_pages - 1) * PAGE:
+            continue  # the distinct-pages reference would not fit the pool
         tails = rng.integers(128, 385, batch)
         lens = prefix + tails
         q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
@@ -299,6 +303,8 @@ def decode_shared_pages(shape, device, prefix=2048, pool_pages=49490, reps=30) -
 
 
 PARTS = ("decode_shared_pages",)
+SHARED_PREFIXES = (512, 2048, 8192)
+SHARED_BATCHES = (8, 16, 32, 64, 128, 256)
 
 
 def run(shape_name: str, device: str, seed: int = 0) -> dict:
@@ -371,8 +377,12 @@ def main() -> None:
     ap.add_argument("--only", choices=PARTS, help="one GPU measurement instead of the check")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.only:
-        result = {"shape": args.shape, args.only: decode_shared_pages(SHAPES[args.shape], device)}
+    if args.only:  # the shared-pages table: prefixes x batches (those the pool holds)
+        result = {"shape": args.shape}
+        for prefix in SHARED_PREFIXES:
+            result[f"{args.only}_p{prefix}"] = decode_shared_pages(
+                SHAPES[args.shape], device, prefix=prefix, batches=SHARED_BATCHES
+            )
     else:
         result = run(args.shape, device)
     text = json.dumps(result, indent=2)
