@@ -22,10 +22,26 @@ LONG = copy.deepcopy(TINY) | {"duration_s": 3000, "cluster": {"num_nodes": 2}}
 LONG["workload"]["params"]["num_clients"] = 32
 
 
+def _default_signals() -> None:
+    """In the child, before exec: the stop signals at their defaults. A test session started in
+    the background (`cmd &` ignores SIGINT, nohup SIGHUP) hands its ignored signals down, and a
+    Python started with SIGINT ignored never raises KeyboardInterrupt: the test would measure
+    how pytest was launched, not kvsched."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "kvsched.cli", *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_default_signals,
+    )
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
