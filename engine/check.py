@@ -185,6 +185,21 @@ def mixed_graph_bench(shape, w, device, ctx=2048) -> dict:
     return out
 
 
+def _event_median_ms(call, reps: int) -> float:
+    """GPU ms of one `call` (CUDA events around it, median of `reps`, after 3 warm-up calls)."""
+    for _ in range(3):
+        call()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        call()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return float(np.median(times))
+
+
 def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> dict:
     """One layer's paged decode attention (kernels.paged_decode) as the serving engine runs it,
     against the conditions the calibration measured it in: ms per call (CUDA events, median of
@@ -222,17 +237,7 @@ def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> d
             def call(t=t, kw=kw):
                 paged_decode_attention(q, k, v, t, lens, check_bounds=False, **kw)
 
-            for _ in range(3):
-                call()
-            times = []
-            for _ in range(30):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                call()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
-            out[f"{tname}/{sname}_ms"] = float(np.median(times))
+            out[f"{tname}/{sname}_ms"] = _event_median_ms(call, 30)
     kv_bytes = 2 * batch * ctx * hkv * d * 2
     out["copy_floor_ms"] = kv_bytes / 4.8e12 * 1e3
     return out
@@ -282,20 +287,11 @@ def decode_shared_pages(
             def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
                 paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
 
-            for _ in range(3):
-                call()
-            times = []
-            for _ in range(reps):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                call()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
+            ms = _event_median_ms(call, reps)
             distinct_groups = len(set(member.tolist()))
             dup_tokens = (batch - distinct_groups) * prefix
             out[f"b{batch}_g{groups}"] = {
-                "ms": float(np.median(times)),
+                "ms": ms,
                 "kv_tokens": int(lens.sum()),
                 "duplicate_share": dup_tokens / int(lens.sum()),
             }
