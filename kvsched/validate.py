@@ -255,17 +255,13 @@ def replay(run: EngineRun, requests: list[Request]) -> dict:
     # Admitted by the engine in a recorded step (the step in flight at the end is not recorded)
     last_start = float(run.steps.start_s.iloc[-1])
     r = run.requests
-    admitted = set(r.request_id[r.scheduled_s.notna() & (r.scheduled_s <= last_start + 1e-9)])
-    mismatched = sum(
-        # admitted by the engine but never by the replay (a step missing, or another decision)
-        not (i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s)
-        if i in admitted
-        else i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s  # and the other way
-        for i in engine_cached
-    ) + sum(
-        seqs[i].cached_tokens != c
-        for i, c in engine_cached.items()
-        if i in admitted and i in seqs and seqs[i].scheduled_s == seqs[i].scheduled_s
+    admitted = set(
+        map(int, r.request_id[r.scheduled_s.notna() & (r.scheduled_s <= last_start + 1e-9)])
+    )
+    replayed = {i for i, seq in seqs.items() if seq.scheduled_s == seq.scheduled_s}
+    # admitted by one side only (a step missing, or another decision), then cached tokens
+    mismatched = len(admitted ^ replayed) + sum(
+        seqs[i].cached_tokens != engine_cached[i] for i in admitted & replayed
     )
     return {
         "cached_tokens_mismatch": int(mismatched),
