@@ -12,17 +12,8 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 t0=$(date +%s)
 budget=${BUDGET:-240}
 log="$OUT/run.log"
-left() {
-  local want=$1 reserve=${2:-0} rem
-  rem=$((budget - ($(date +%s) - t0) - reserve))
-  [ "$rem" -lt "$want" ] && want=$rem
-  [ "$want" -lt 1 ] && want=1
-  echo "$want"
-}
-step() { echo "### $(date -u +%H:%M:%S) +$(($(date +%s) - t0))s $*" | tee -a "$log"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
-  --format=csv 2>&1 | tee -a "$log"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)" 2>&1 | tee -a "$log"
+. "$(dirname "$0")/device_budget.sh"
+device_header
 cat SNAPSHOT 2>/dev/null | tee -a "$log"
 step "pytest (GPU): prepared launches, split planner"
 timeout "$(left 45 190)" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_prepared_launch.py \
