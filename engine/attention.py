@@ -71,9 +71,8 @@ class TorchPrefillLaunch:
     __call__ = launch
 
 
-def prepare_prefill_torch(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, **kw):
-    """The torch reference path in `prepare_prefill`'s shape (the model's test double)."""
-    return TorchPrefillLaunch(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, **kw)
+# The torch reference path in `prepare_prefill`'s shape (the model's test double).
+prepare_prefill_torch = TorchPrefillLaunch
 
 
 PREFILL_BACKEND = "triton"  # paged_prefill_attention: the Triton kernel (the torch path: tests)
