@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from engine.model import PagedModel, greedy
 from engine.reference import reference_logits
 from engine.shape import LLAMA_3_8B, TINY
 from engine.weights import random_weights
+from kernels.shapes import MODEL_SHAPES
 
 SHAPES = {"llama-3-8b": LLAMA_3_8B, "tiny": TINY}
 PAGE = 16
@@ -249,10 +251,13 @@ def decode_shared_pages(
     """One layer's paged decode attention (kernels.paged_decode) when decodes share their
     leading pages, as after prefix hits: B sequences drawn at random from G groups, each group's
     sequences on the same `prefix` tokens of pages, every tail (128-384 tokens) on its own
-    pages. ms per call (CUDA events, median of `reps`, split chosen by the kernel's heuristic)
-    against the same lengths on distinct pages (groups = B), and the share of the batch's KV
-    tokens that are duplicate reads of a page another sequence of the step also reads. The
-    decode table is measured on distinct pages; a shared page read again comes from L2."""
+    pages. ms per call, timed as the calibration times the decode table (kernels.bench.bench_ms:
+    CUDA-graph replay, L2 flushed before each, median; eager calls would time the host's launch
+    path on small batches), split chosen by the kernel's heuristic, against the same lengths on
+    distinct pages (groups = B), and the share of the batch's KV tokens that are duplicate reads
+    of a page another sequence of the step also reads. The decode table is measured on distinct
+    pages; a shared page read again by another program of the same launch comes from L2."""
+    from kernels.bench import bench_ms
     from kernels.paged_decode import paged_decode_attention
 
     hkv, d = shape.num_kv_heads, shape.head_dim
@@ -287,7 +292,7 @@ def decode_shared_pages(
             def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
                 paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
 
-            ms = _event_median_ms(call, reps)
+            ms = bench_ms(call) if device == "cuda" else _event_median_ms(call, reps)
             distinct_groups = len(set(member.tolist()))
             dup_tokens = (batch - distinct_groups) * prefix
             out[f"b{batch}_g{groups}"] = {
@@ -299,8 +304,21 @@ def decode_shared_pages(
 
 
 PARTS = ("decode_shared_pages",)
-SHARED_PREFIXES = (512, 2048, 8192)
+SHARED_PREFIXES = (512, 1024, 2048, 4096, 8192)
 SHARED_BATCHES = (8, 16, 32, 64, 128, 256)
+# The attention shards the serving runs use: llama-3-8b on one GPU, the article's model at TP 2
+# (each GPU holds half of the query and KV heads).
+SHARED_SHARDS = {"llama-3-8b": ("llama-3-8b", 1), "article-70b-tp2": ("article-70b", 2)}
+
+
+def attention_shard(model: str, tp: int) -> SimpleNamespace:
+    """The heads one GPU of a `tp`-way group attends with (what the decode kernel sees)."""
+    m = MODEL_SHAPES[model]
+    return SimpleNamespace(
+        num_q_heads=m["num_q_heads"] // tp,
+        num_kv_heads=m["num_kv_heads"] // tp,
+        head_dim=m["head_dim"],
+    )
 
 
 def run(shape_name: str, device: str, seed: int = 0) -> dict:
@@ -373,12 +391,16 @@ def main() -> None:
     ap.add_argument("--only", choices=PARTS, help="one GPU measurement instead of the check")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.only:  # the shared-pages table: prefixes x batches (those the pool holds)
-        result = {"shape": args.shape}
-        for prefix in SHARED_PREFIXES:
-            result[f"{args.only}_p{prefix}"] = decode_shared_pages(
-                SHAPES[args.shape], device, prefix=prefix, batches=SHARED_BATCHES
-            )
+    if args.only:  # the shared-pages table: shards x prefixes x batches (those the pool holds)
+        result = {"method": "kernels.bench.bench_ms (CUDA graph, L2 flushed, median)"}
+        for shard, (model, tp) in SHARED_SHARDS.items():
+            heads = attention_shard(model, tp)
+            result[shard] = {
+                f"p{prefix}": decode_shared_pages(
+                    heads, device, prefix=prefix, batches=SHARED_BATCHES
+                )
+                for prefix in SHARED_PREFIXES
+            }
     else:
         result = run(args.shape, device)
     text = json.dumps(result, indent=2)
