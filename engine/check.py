@@ -246,11 +246,12 @@ def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> d
 
 
 def decode_shared_pages(
-    shape, device, prefix=2048, pool_pages=49490, reps=30, batches=(16, 32, 64)
+    shape, device, prefix=2048, pool_pages=49490, batches=(16, 32, 64), tails=(128, 384)
 ) -> dict:
     """One layer's paged decode attention (kernels.paged_decode) when decodes share their
     leading pages, as after prefix hits: B sequences drawn at random from G groups, each group's
-    sequences on the same `prefix` tokens of pages, every tail (128-384 tokens) on its own
+    sequences on the same `prefix` tokens of pages, every tail (`tails`: tokens drawn from
+    that range, both ends included) on its own
     pages. ms per call, timed as the calibration times the decode table (kernels.bench.bench_ms:
     CUDA-graph replay, L2 flushed before each, median; eager calls would time the host's launch
     path on small batches), split chosen by the kernel's heuristic, against the same lengths on
@@ -264,12 +265,11 @@ def decode_shared_pages(
     k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
     v = torch.randn_like(k)
     rng = np.random.default_rng(4)
-    out: dict = {"prefix": prefix, "pool_pages": pool_pages}
+    out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
     for batch in batches:
-        if batch * (prefix + 384) > (pool_pages - 1) * PAGE:
+        if batch * (prefix + tails[1]) > (pool_pages - 1) * PAGE:
             continue  # the distinct-pages reference would not fit the pool
-        tails = rng.integers(128, 385, batch)
-        lens = prefix + tails
+        lens = prefix + rng.integers(tails[0], tails[1] + 1, batch)
         q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
         seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
         width = -(-int(lens.max()) // PAGE)
@@ -292,7 +292,7 @@ def decode_shared_pages(
             def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
                 paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
 
-            ms = bench_ms(call) if device == "cuda" else _event_median_ms(call, reps)
+            ms = bench_ms(call)  # on CPU (tests): the wall time of one call
             distinct_groups = len(set(member.tolist()))
             dup_tokens = (batch - distinct_groups) * prefix
             out[f"b{batch}_g{groups}"] = {
@@ -389,6 +389,9 @@ def main() -> None:
     ap.add_argument("--shape", default="llama-3-8b", choices=sorted(SHAPES))
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", choices=PARTS, help="one GPU measurement instead of the check")
+    ap.add_argument("--prefixes", type=int, nargs="+", default=list(SHARED_PREFIXES))
+    ap.add_argument("--batches", type=int, nargs="+", default=list(SHARED_BATCHES))
+    ap.add_argument("--tails", type=int, nargs=2, default=[128, 384], metavar=("LO", "HI"))
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.only:  # the shared-pages table: shards x prefixes x batches (those the pool holds)
@@ -397,9 +400,9 @@ def main() -> None:
             heads = attention_shard(model, tp)
             result[shard] = {
                 f"p{prefix}": decode_shared_pages(
-                    heads, device, prefix=prefix, batches=SHARED_BATCHES
+                    heads, device, prefix=prefix, batches=args.batches, tails=tuple(args.tails)
                 )
-                for prefix in SHARED_PREFIXES
+                for prefix in args.prefixes
             }
     else:
         result = run(args.shape, device)

@@ -1,0 +1,29 @@
+"""engine.check's shared-pages table: the layout it builds and the shares it reports (CPU,
+Triton interpreter); the times themselves come from the GPU."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from engine.check import attention_shard, decode_shared_pages  # noqa: E402
+
+
+def test_shares_of_a_tiny_table():
+    heads = attention_shard("llama-3-8b", 8)  # 4 q / 1 KV heads, d 128
+    out = decode_shared_pages(heads, "cpu", prefix=32, pool_pages=64, batches=(4,), tails=(5, 9))
+    assert out["prefix"] == 32 and out["tails"] == [5, 9]
+    assert set(out) == {"prefix", "pool_pages", "tails", "b4_g4", "b4_g1"}
+    total = out["b4_g4"]["kv_tokens"]
+    assert 4 * (32 + 5) <= total <= 4 * (32 + 9)
+    assert out["b4_g4"]["duplicate_share"] == 0.0  # every sequence on its own pages
+    # one group: three of the four sequences read the 32 prefix tokens another one reads
+    assert out["b4_g1"]["kv_tokens"] == total
+    assert out["b4_g1"]["duplicate_share"] == pytest.approx(3 * 32 / total)
+    assert all(out[k]["ms"] > 0 for k in ("b4_g4", "b4_g1"))
+
+
+def test_shard_heads():
+    tp2 = attention_shard("article-70b", 2)
+    assert (tp2.num_q_heads, tp2.num_kv_heads, tp2.head_dim) == (32, 4, 128)
