@@ -245,33 +245,16 @@ def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> d
     return out
 
 
-def decode_shared_pages(
-    shape, device, prefix=2048, pool_pages=49490, batches=(16, 32, 64), tails=(128, 384)
-) -> dict:
-    """One layer's paged decode attention (kernels.paged_decode) when decodes share their
-    leading pages, as after prefix hits: B sequences drawn at random from G groups, each group's
-    sequences on the same `prefix` tokens of pages, every tail (`tails`: tokens drawn from
-    that range, both ends included) on its own
-    pages. ms per call, timed as the calibration times the decode table (kernels.bench.bench_ms:
-    CUDA-graph replay, L2 flushed before each, median; eager calls would time the host's launch
-    path on small batches), split chosen by the kernel's heuristic, against the same lengths on
-    distinct pages (groups = B), and the share of the batch's KV tokens that are duplicate reads
-    of a page another sequence of the step also reads. The decode table is measured on distinct
-    pages; a shared page read again by another program of the same launch comes from L2."""
-    from kernels.bench import bench_ms
-    from kernels.paged_decode import paged_decode_attention
-
-    hkv, d = shape.num_kv_heads, shape.head_dim
-    k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+def shared_layouts(prefix: int, pool_pages: int, batches, tails):
+    """The block tables decode_shared_pages times, in its order (numpy only, seeded: the fit of
+    sim/latency/shared_reads.py regenerates them): per batch size that the pool holds with
+    distinct pages, and per group count G (B itself first: every sequence on its own pages),
+    (batch, G, context lengths, block table, each sequence's group)."""
     rng = np.random.default_rng(4)
-    out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
     for batch in batches:
         if batch * (prefix + tails[1]) > (pool_pages - 1) * PAGE:
             continue  # the distinct-pages reference would not fit the pool
         lens = prefix + rng.integers(tails[0], tails[1] + 1, batch)
-        q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
-        seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
         width = -(-int(lens.max()) // PAGE)
         for groups in sorted({batch, 40, 16, 4, 1}, reverse=True):
             if groups > batch:
@@ -286,20 +269,57 @@ def decode_shared_pages(
                 own = [next(free) for _ in range(-(-int(lens[i]) // PAGE) - prefix // PAGE)]
                 row = heads[member[i]] + own
                 table[i, : len(row)] = row
-            t = torch.from_numpy(table).to(device)
-            kw = dict(max_seq_len=int(lens.max()), total_tokens=int(lens.sum()))
+            yield batch, groups, lens, table, member
 
-            def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
-                paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
 
-            ms = bench_ms(call)  # on CPU (tests): the wall time of one call
-            distinct_groups = len(set(member.tolist()))
-            dup_tokens = (batch - distinct_groups) * prefix
-            out[f"b{batch}_g{groups}"] = {
-                "ms": ms,
-                "kv_tokens": int(lens.sum()),
-                "duplicate_share": dup_tokens / int(lens.sum()),
-            }
+def sharing(prefix: int, lens: np.ndarray, member: np.ndarray) -> dict:
+    """The batch's KV tokens, the share of them a sequence reads that another one reads too,
+    and the share of the sharing sequences' contexts that is the shared prefix."""
+    sizes = np.bincount(member)
+    sharing_seqs = sizes[member] >= 2
+    total = int(lens.sum())
+    return {
+        "kv_tokens": total,
+        "duplicate_share": (len(member) - int((sizes > 0).sum())) * prefix / total,
+        "prefix_share": (
+            int(sharing_seqs.sum()) * prefix / int(lens[sharing_seqs].sum())
+            if sharing_seqs.any()
+            else 0.0
+        ),
+    }
+
+
+def decode_shared_pages(
+    shape, device, prefix=2048, pool_pages=49490, batches=(16, 32, 64), tails=(128, 384)
+) -> dict:
+    """One layer's paged decode attention (kernels.paged_decode) when decodes share their
+    leading pages, as after prefix hits: B sequences drawn at random from G groups, each group's
+    sequences on the same `prefix` tokens of pages, every tail (`tails`: tokens drawn from that
+    range, both ends included) on its own pages (`shared_layouts`). ms per call, timed as the
+    calibration times the decode table (kernels.bench.bench_ms: CUDA-graph replay, L2 flushed
+    before each, median; eager calls would time the host's launch path on small batches), split
+    chosen by the kernel's heuristic, against the same lengths on distinct pages (G = B), with
+    the batch's `sharing`. The decode table is measured on distinct pages; a shared page read
+    again by another program of the same launch may come from L2."""
+    from kernels.bench import bench_ms
+    from kernels.paged_decode import paged_decode_attention
+
+    hkv, d = shape.num_kv_heads, shape.head_dim
+    k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
+    for batch, groups, lens, table, member in shared_layouts(prefix, pool_pages, batches, tails):
+        if groups == batch:  # a new batch: its queries and lengths
+            q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
+            seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
+        t = torch.from_numpy(table).to(device)
+        kw = dict(max_seq_len=int(lens.max()), total_tokens=int(lens.sum()))
+
+        def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
+            paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
+
+        ms = bench_ms(call)  # on CPU (tests): the wall time of one call
+        out[f"b{batch}_g{groups}"] = {"ms": ms, **sharing(prefix, lens, member)}
     return out
 
 
