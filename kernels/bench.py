@@ -403,8 +403,9 @@ def decode_targets(rows: list[Row], add, copy_tbps: float, cfg: dict, log) -> No
                 log(f"  sweep {name} {extra}: failed ({type(exc).__name__}: {str(exc)[:80]})")
 
 
-def decode_sweep(configs: list[dict], copy_tbps: float, log) -> list[dict]:
-    """Graph-timed ms of each config on each shape (one set of inputs per shape, reused)."""
+def decode_sweep(configs: list[dict], copy_tbps: float, log, sdpa: bool = False) -> list[dict]:
+    """Graph-timed ms of each config on each shape (one set of inputs per shape, reused); with
+    `sdpa`, SDPA on the uniform shapes too (one row each, config None)."""
     import torch
 
     shapes = [
@@ -413,10 +414,14 @@ def decode_sweep(configs: list[dict], copy_tbps: float, log) -> list[dict]:
         ("1x128K", [131072]),
         ("seed-mix", seed_mix_lengths()),
     ]
-    out = []
+    out: list[dict] = []
     for name, lens in shapes:
         q, kv = make_case(lens, 16)
         times = []
+        ref_ms = None
+        if sdpa and len(set(lens)) == 1:
+            ref_ms, backend = sdpa_ms(q, kv)
+            out.append({"case": name, "config": None, "sdpa_ms": ref_ms, "backend": backend})
         for cfg in configs:
             try:
                 ms, _, err = time_kernel(q, kv, **cfg)
@@ -428,9 +433,11 @@ def decode_sweep(configs: list[dict], copy_tbps: float, log) -> list[dict]:
                 {"case": name, "config": cfg, "ms": ms, "rel_err": err, "kv_bytes": kv.kv_bytes}
             )
         frac = [kv.kv_bytes / (t * 1e-3) / 1e12 / copy_tbps for t in times]
+        vs = [f" {ref_ms / t:.3f}s" if ref_ms else "" for t in times]
         log(
             f"  {name:<9} "
-            + " | ".join(f"{t:.4f} ms {f:.2f}x" for t, f in zip(times, frac, strict=True))
+            + (f"sdpa {ref_ms:.4f} | " if ref_ms else "")
+            + " | ".join(f"{t:.4f} ms {f:.2f}x{v}" for t, f, v in zip(times, frac, vs, strict=True))
         )
         del q, kv
         torch.cuda.empty_cache()
@@ -474,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="JSON list of launcher configs: time each on the decode target shapes, 1 x 32K, "
         "1 x 128K and the seed mix (cases built once), then stop",
+    )
+    ap.add_argument(
+        "--sweep-sdpa", action="store_true", help="--decode-sweep: SDPA on the uniform shapes too"
     )
     ap.add_argument("--config", default="{}", help="JSON kwargs for the launcher")
     ap.add_argument(
@@ -550,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     if args.decode_sweep:
-        result["sweep"] = decode_sweep(json.loads(args.decode_sweep), copy_tbps, log)
+        sweep = json.loads(args.decode_sweep)
+        result["sweep"] = decode_sweep(sweep, copy_tbps, log, sdpa=args.sweep_sdpa)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))
         return 0

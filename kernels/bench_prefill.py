@@ -473,6 +473,12 @@ def main(argv: list[str] | None = None) -> int:
         "--launch-configs-out", type=Path, default=None, help="write the class configs used"
     )
     ap.add_argument("--prefix-config", default="{}", help="JSON cascade prefix-pass config")
+    ap.add_argument(
+        "--cascade-variants",
+        default="",
+        help="JSON list of [prefix-pass config, decode config] pairs: one cascade row each "
+        "(instead of the prefix-split sweep)",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -570,9 +576,14 @@ def main(argv: list[str] | None = None) -> int:
 
         pcfg = {**DEFAULT_PREFIX_CONFIG, **json.loads(args.prefix_config)}
         result["cascade"] = []
-        for pps in sorted({pcfg["programs_per_sm"], *((1, 2) if args.cascade_sweep else ())}):
-            prefix_cfg = dict(pcfg, programs_per_sm=pps)
-            result["cascade"] += cascade_rows(copy_tbps, prefix_cfg, {}, log)
+        variants: list[tuple[dict, dict]] = [
+            (dict(pcfg, programs_per_sm=pps), {})
+            for pps in sorted({pcfg["programs_per_sm"], *((1, 2) if args.cascade_sweep else ())})
+        ]
+        if args.cascade_variants:
+            variants = [({**pcfg, **p}, d) for p, d in json.loads(args.cascade_variants)]
+        for prefix_cfg, decode_cfg in variants:
+            result["cascade"] += cascade_rows(copy_tbps, prefix_cfg, decode_cfg, log)
             save()
     save()
     return 0

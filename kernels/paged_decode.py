@@ -62,6 +62,13 @@ MAX_SPLITS = 256
 # programs per SM + this cap reach 1 x 128K 0.85 of copy (defaults 0.71) and 64 x 2K 0.1400 ms
 # (0.1602) but cost the ragged seed mix 4.5% (0.779 vs 0.745 ms).
 CAP_TO_MEAN = False
+# Session 5 options (kernels/README.md): launch the highest split of every sequence first
+# (`reverse_splits`), and merge the partials in the main kernel, by the program that finishes
+# a sequence's last split (`fused_combine`, up to FUSED_COMBINE_MAX_SPLITS splits: beyond that
+# one program's serial merge is longer than a combine launch spread over the batch).
+REVERSE_SPLITS = False
+FUSED_COMBINE = False
+FUSED_COMBINE_MAX_SPLITS = 64
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
     "block_n": 64,
@@ -70,6 +77,8 @@ DEFAULT_CONFIG = {
     "programs_per_sm": DEFAULT_PROGRAMS_PER_SM,
     "min_split_tokens": MIN_SPLIT_TOKENS,
     "cap_to_mean": CAP_TO_MEAN,
+    "reverse_splits": REVERSE_SPLITS,
+    "fused_combine": FUSED_COMBINE,
 }
 
 
@@ -105,6 +114,7 @@ def _paged_decode_kernel(
     stride_lh,
     tokens_per_split,
     split_ptr,  # SPLITS_FROM_PTR: int32 [num_splits, tokens_per_split] on the device
+    count_ptr,  # FUSED_COMBINE: int32 [batch, programs per sequence], zero between launches
     GROUP: tl.constexpr,  # query heads per KV head
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
@@ -115,10 +125,18 @@ def _paged_decode_kernel(
     UPCAST_DOT: tl.constexpr,  # interpreter only: its tl.dot multiplies bf16 bit patterns
     WRITE_LSE: tl.constexpr = False,  # also write each row's natural-log sum-exp (cascade)
     SPLITS_FROM_PTR: tl.constexpr = False,  # split length read from split_ptr (CUDA graphs)
+    REVERSE_SPLITS: tl.constexpr = False,  # last split first: long sequences' pieces lead
+    FUSED_COMBINE: tl.constexpr = False,  # the split that finishes last merges the partials
+    MERGE_G: tl.constexpr = 8,  # FUSED_COMBINE: rows merged (>= the program's, power of two)
+    MERGE_S: tl.constexpr = 8,  # FUSED_COMBINE: splits merged per step (power of two)
 ):
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_s = tl.program_id(2)
+    if REVERSE_SPLITS:
+        # The grid runs split 0 of every sequence first; only long sequences have high splits,
+        # so in a ragged batch they would trail. Highest split first makes them lead instead.
+        pid_s = tl.num_programs(2) - 1 - pid_s
     if SPLITS_FROM_PTR:
         # The grid's split dimension is an upper bound: programs past the step's splits start
         # at or past every sequence's end and exit below.
@@ -219,6 +237,34 @@ def _paged_decode_kernel(
                 m_i + tl.log2(l_i),
                 mask=mask_g,
             )
+            if FUSED_COMBINE:
+                # Count this split done; the last of the sequence's splits (for this program's
+                # rows) merges them, so no second launch. The barrier orders every thread's
+                # partial stores before the (release) count; the merger's (acquire) count
+                # orders its reads after; it sets the counter back to 0 for the next launch.
+                n_splits = tl.cdiv(seq_len, tokens_per_split)
+                cnt_ptr = count_ptr + pid_b * tl.num_programs(1) + pid_h
+                tl.debug_barrier()
+                if tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
+                    _merge_splits(
+                        part_out_ptr + pid_b * stride_pob,
+                        part_lse_ptr + pid_b * stride_plb,
+                        out_ptr + pid_b * stride_ob,
+                        lse_ptr + pid_b * stride_lb,
+                        q_head0,
+                        n_rows,
+                        n_splits,
+                        stride_poh,
+                        stride_pos,
+                        stride_plh,
+                        stride_oh,
+                        stride_lh,
+                        HEAD_DIM,
+                        MERGE_G,
+                        MERGE_S,
+                        WRITE_LSE,
+                    )
+                    tl.store(cnt_ptr, 0)
         else:
             tl.store(
                 out_ptr + pid_b * stride_ob + rows[:, None] * stride_oh + offs_d[None, :],
@@ -231,6 +277,70 @@ def _paged_decode_kernel(
                     (m_i + tl.log2(l_i)) * 0.6931471805599453,
                     mask=mask_g,
                 )
+
+
+@triton.jit
+def _merge_splits(
+    po_ptr,  # this sequence's partial outputs [num_q_heads, num_splits, HEAD_DIM] (strides given)
+    pl_ptr,  # its log2-sum-exps [num_q_heads, num_splits]
+    o_ptr,
+    l_ptr,
+    head0,
+    n_rows,
+    n_splits,
+    stride_poh,
+    stride_pos,
+    stride_plh,
+    stride_oh,
+    stride_lh,
+    HEAD_DIM: tl.constexpr,
+    MERGE_G: tl.constexpr,
+    MERGE_S: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """Merge n_splits partials of rows head0 .. head0 + n_rows (FUSED_COMBINE), MERGE_S splits a
+    step, online. Loads bypass L1 (.cg): other programs wrote the partials during this launch."""
+    offs_g = tl.arange(0, MERGE_G)
+    offs_s = tl.arange(0, MERGE_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask_g = offs_g < n_rows
+    rows = head0 + offs_g
+    m = tl.full([MERGE_G], float("-inf"), dtype=tl.float32)
+    wsum = tl.zeros([MERGE_G], dtype=tl.float32)
+    acc = tl.zeros([MERGE_G, HEAD_DIM], dtype=tl.float32)
+    for s0 in range(0, n_splits, MERGE_S):
+        mask_s = (s0 + offs_s) < n_splits
+        mask_gs = mask_g[:, None] & mask_s[None, :]
+        lse = tl.load(
+            pl_ptr + rows[:, None] * stride_plh + (s0 + offs_s)[None, :],
+            mask=mask_gs,
+            other=float("-inf"),
+            cache_modifier=".cg",
+        )  # [MERGE_G, MERGE_S]
+        part = tl.load(
+            po_ptr
+            + rows[:, None, None] * stride_poh
+            + (s0 + offs_s)[None, :, None] * stride_pos
+            + offs_d[None, None, :],
+            mask=mask_gs[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )  # [MERGE_G, MERGE_S, HEAD_DIM]
+        m_new = tl.maximum(m, tl.max(lse, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # padding rows: no splits
+        a = tl.exp2(m - m_safe)
+        w = tl.exp2(lse - m_safe[:, None])  # [MERGE_G, MERGE_S], 0 where masked
+        acc = acc * a[:, None] + tl.sum(part * w[:, :, None], axis=1)
+        wsum = wsum * a + tl.sum(w, axis=1)
+        m = m_new
+    o = acc / wsum[:, None]
+    tl.store(
+        o_ptr + rows[:, None] * stride_oh + offs_d[None, :],
+        o.to(o_ptr.dtype.element_ty),
+        mask=mask_g[:, None],
+    )
+    if WRITE_LSE:
+        tl.store(l_ptr + rows * stride_lh, (m + tl.log2(wsum)) * 0.6931471805599453, mask=mask_g)
 
 
 @triton.jit
@@ -605,6 +715,8 @@ def prepare_decode(
     cap_to_mean: bool = CAP_TO_MEAN,
     split_tensor: torch.Tensor | None = None,
     max_splits: int | None = None,
+    reverse_splits: bool = REVERSE_SPLITS,
+    fused_combine: bool = FUSED_COMBINE,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -626,6 +738,12 @@ def prepare_decode(
     at least any num_splits written, e.g. `decode_split_bound`), the kernels read the split length
     from the tensor; programs past the written split count exit at once. The outputs are those of
     the host-split path with the same (num_splits, tokens_per_split).
+
+    `reverse_splits` launches every sequence's last split first; `fused_combine` merges the
+    partials in the main launch (the program finishing a sequence's last split does it; an int32
+    counter per program row, owned by the result, is back at 0 after every launch) when there are
+    at most FUSED_COMBINE_MAX_SPLITS splits. Reversing leaves the outputs' bits unchanged; the
+    fused merge rounds differently from the combine kernel (an online merge, 8 splits a step).
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -717,6 +835,12 @@ def prepare_decode(
     write_lse = lse_out is not None
     lse_t = lse_out if lse_out is not None else part_lse.view(-1)[:1].view(1, 1)
     split_t = split_tensor if split_tensor is not None else seq_lens  # (unread without from_ptr)
+    fused = split and fused_combine and num_splits <= FUSED_COMBINE_MAX_SPLITS
+    if fused:
+        counts = torch.zeros((batch, programs_per_seq), dtype=torch.int32, device=q.device)
+    else:
+        counts = seq_lens  # (unread without FUSED_COMBINE)
+    merge_g = triton.next_power_of_2(group if grouped else 1)
 
     main = BoundLaunch(
         _paged_decode_kernel,
@@ -752,6 +876,7 @@ def prepare_decode(
             lse_t.stride(1),
             tokens_per_split,
             split_t,
+            counts,
         ],
         dict(
             GROUP=group,
@@ -766,13 +891,18 @@ def prepare_decode(
             UPCAST_DOT=(q.device.type == "cpu" and q.dtype == torch.bfloat16),
             WRITE_LSE=write_lse,
             SPLITS_FROM_PTR=from_ptr,
+            REVERSE_SPLITS=reverse_splits,
+            FUSED_COMBINE=fused,
+            MERGE_G=merge_g,
+            # [MERGE_G, MERGE_S, HEAD_DIM] fp32 partials per merge step: 8K floats
+            MERGE_S=max(1, min(triton.next_power_of_2(num_splits), 8192 // (merge_g * head_dim))),
             num_warps=num_warps,
             num_stages=num_stages,
         ),
         _SWAP_MAIN,
     )
     launches = [main]
-    if split:
+    if split and not fused:
         combine = BoundLaunch(
             _combine_kernel,
             (batch, num_q_heads, 1),

@@ -102,7 +102,12 @@ PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
     ),  # fmt: skip
     "split": dict(_BASE_LAUNCH, lazy_rescale=True),
     "split_small": dict(_BASE_LAUNCH, num_warps=4),
+    # Every request brings exactly one new token (causal): that is a decode step, launched
+    # through kernels.paged_decode (its own config; these keys are unused). Session 5.
+    "decode": dict(_BASE_LAUNCH, num_warps=4),
 }
+# Route one-new-token batches to the decode kernel (work class "decode").
+DECODE_ROUTE = True
 _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
 _COMB_COLS = 4  # req, q_start, first_slot, n_splits
 
@@ -408,6 +413,8 @@ class PrefillPlan:
     tokens_per_split: int  # 0: no tile was split
     causal: bool
     total_new: int
+    max_seq_len: int = 0  # the longest request's keys (the "decode" class's launch hint)
+    total_keys: int = 0  # keys summed over the requests
     # The launch config of the plan's work class (PREFILL_LAUNCH_CONFIGS), chosen with the plan.
     work_class: str = "tiles"
     block_n: int = 128
@@ -576,6 +583,15 @@ def plan_prefill(
     work_class = "tiles"
     if split:
         work_class = "split" if block_q * group_p >= 64 else "split_small"
+    if (
+        DECODE_ROUTE
+        and causal
+        and q_lens.size
+        and bool(np.all(q_lens == 1))
+        and tokens_per_split is None
+        and not launch
+    ):
+        work_class = "decode"
     elif causal and tokens_per_split is None and not (launch and "block_m" in launch):
         # Wider tiles where they still fill the GPU (at least one program per SM).
         wide_m = int(PREFILL_LAUNCH_CONFIGS["tiles_wide"].get("block_m") or 0)
@@ -627,6 +643,8 @@ def plan_prefill(
         tokens_per_split=tps,
         causal=causal,
         total_new=int(q_lens.sum()),
+        max_seq_len=int(seq_lens.max(initial=0)),
+        total_keys=int(seq_lens.sum()),
         work_class=work_class,
         block_n=bn,
         num_warps=int(cfg["num_warps"]),
@@ -780,6 +798,24 @@ def prepare_prefill(
     )
     if total_new == 0 or plan.work.shape[0] == 0:
         return PrefillLaunch(q, out, k_cache, v_cache, [], plan=plan)
+    if plan.work_class == "decode":
+        # One new token per request (cu_seqlens_q = 0..batch): it attends to all its L_b keys.
+        from kernels.paged_decode import prepare_decode
+
+        dec = prepare_decode(
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            seq_lens,
+            sm_scale=sm_scale,
+            out=out,
+            lse_out=lse_out,
+            max_seq_len=plan.max_seq_len,
+            total_tokens=plan.total_keys,
+            check_bounds=False,
+        )
+        return PrefillLaunch(q, out, k_cache, v_cache, dec.launches, plan=plan)
 
     if plan.n_slots:
         block_m_rows = plan.block_m

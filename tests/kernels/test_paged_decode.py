@@ -40,6 +40,7 @@ def check(
     num_splits=None,
     seed=0,
     block_n=BLOCK_N,
+    **options,
 ):
     g = torch.Generator(device=DEVICE).manual_seed(seed)
     kv = make_paged_kv(lens, num_kv_heads, HEAD_DIM, page_size, dtype, DEVICE, g, spare_pages=3)
@@ -56,6 +57,7 @@ def check(
         grouped=grouped,
         num_splits=num_splits,
         block_n=block_n,
+        **options,
     )
     assert res is out
     assert bool(torch.isfinite(out).all()), "some output element was not written"
@@ -95,6 +97,47 @@ def test_many_splits_leave_short_sequences_unsplit():
     # 20 splits over the longest sequence: short ones have empty splits that write nothing and
     # that the combine pass must not read.
     check([3, 200 if not ON_GPU else 20000], num_kv_heads=2, group=4, page_size=8, num_splits=20)
+
+
+@pytest.mark.parametrize("group", [1, 8])
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("num_splits", [1, 3, 20])
+def test_fused_combine_and_reversed_splits(group, grouped, num_splits):
+    # The merge in the main launch (the last split's program), with the highest split first,
+    # ragged lengths (short sequences have fewer splits than the grid); twice through one
+    # prepared launch, so the per-row counters must be back at 0 after the first.
+    from kernels.paged_decode import prepare_decode
+
+    lens = [1, 15, 16, 17, 200] if not ON_GPU else [1, 15, 16, 17, 100, 3000, 20000]
+    g = torch.Generator(device=DEVICE).manual_seed(11 + group)
+    kv = make_paged_kv(lens, 2, HEAD_DIM, 8, torch.bfloat16, DEVICE, g)
+    q = torch.randn(len(lens), 2 * group, HEAD_DIM, generator=g, device=DEVICE)
+    q = q.to(torch.bfloat16)
+    ref = paged_decode_reference(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+    lse = torch.full(q.shape[:2], float("nan"), device=DEVICE)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+    plain = paged_decode_attention(*args, grouped=grouped, num_splits=num_splits, block_n=BLOCK_N)
+    launch = prepare_decode(
+        *args,
+        lse_out=lse,
+        grouped=grouped,
+        num_splits=num_splits,
+        block_n=BLOCK_N,
+        reverse_splits=True,
+        fused_combine=True,
+    )
+    assert len(launch.launches) == 1, "fused: one launch"
+    for _ in range(2):
+        launch.out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        out = launch(kv.k_cache, kv.v_cache)
+        assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
+        assert rel_err(out, ref) < TOL
+        assert rel_err(out, plain.float()) < 1e-2
+    reversed_only = paged_decode_attention(
+        *args, grouped=grouped, num_splits=num_splits, block_n=BLOCK_N, reverse_splits=True
+    )
+    assert torch.equal(reversed_only, plain), "the launch order does not change the bits"
 
 
 def test_grouped_equals_non_grouped():

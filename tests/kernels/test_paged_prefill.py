@@ -107,6 +107,31 @@ def test_context_only_decode_like_and_long_context():
     check([90 * SCALE, 64 * SCALE], [1, 3], group=8, tokens_per_split=32 * SCALE)
 
 
+@pytest.mark.parametrize("sm_scale", [None, 0.3])
+def test_one_token_chunks_take_the_decode_kernel(sm_scale):
+    # Every request brings one new token: the plan's class is "decode" and the launch is the
+    # decode kernel's (with its lse), the same function as the prefill reference.
+    from kernels.paged_prefill import plan_prefill, prepare_prefill
+
+    ctx, new = [0, 15, 16, 40 * SCALE], [1, 1, 1, 1]
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    q, kv, cu = make_prefill_batch(ctx, new, 2, 8, HEAD_DIM, 16, torch.bfloat16, DEVICE, g, 2)
+    lens = [c + n for c, n in zip(ctx, new, strict=True)]
+    plan = plan_prefill(new, lens, 2, 8, device=DEVICE)
+    assert plan.work_class == "decode" and plan.max_seq_len == max(lens)
+    assert plan_prefill([1, 2], [9, 9], 2, 8).work_class != "decode"
+    assert plan_prefill(new, lens, 2, 8, causal=False).work_class != "decode"
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:2], float("nan"), device=DEVICE)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
+    launch = prepare_prefill(*args, out=out, lse_out=lse, plan=plan, sm_scale=sm_scale)
+    launch(kv.k_cache, kv.v_cache)
+    assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
+    ref, ref_lse = paged_prefill_reference(*args, sm_scale)
+    assert rel_err(out, ref) < TOL
+    assert float((lse - ref_lse).abs().max()) < 1e-3
+
+
 def test_non_causal_attends_to_every_key():
     check([10, 40], [6, 5], causal=False, tokens_per_split=16)
 
@@ -194,7 +219,8 @@ def test_plan_carries_its_class_launch_config():
     plans = {
         "tiles": plan_prefill([400], [4096], 8, 8, num_sms=132),  # 13 wide tiles: < 1 per SM
         "split": plan_prefill([16], [32768], 8, 8, num_sms=132),
-        "split_small": plan_prefill([1], [32768], 8, 8, num_sms=132),
+        "split_small": plan_prefill([2], [32768], 8, 8, num_sms=132),
+        "decode": plan_prefill([1, 1], [32768, 9], 8, 8, num_sms=132),
     }
     if PREFILL_LAUNCH_CONFIGS["tiles_wide"]["block_m"] > 128:
         plans["tiles_wide"] = plan_prefill([4096], [4096], 8, 8, num_sms=132)
