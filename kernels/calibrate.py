@@ -615,15 +615,20 @@ def calibrate_one(
     return table, records
 
 
+# Top-level sections of the calibration file that other runs measure (NCCL on two GPUs; the
+# engine's shared-pages decode fit): a re-calibration keeps them as they are.
+KEPT_SECTIONS = ("allreduce_nccl", "decode_shared_reads")
+
+
 def merge_tables(old: dict | None, new_tables: list[dict], meta: dict) -> dict:
     """New file content: `meta` plus old tables for other (model, tp), replaced where re-measured.
 
-    Top-level sections measured elsewhere (`allreduce_nccl`) and the earlier run's metadata
-    (`previous_runs`) are kept.
+    Top-level sections measured elsewhere (`allreduce_nccl`, `decode_shared_reads`) and the
+    earlier run's metadata (`previous_runs`) are kept.
     """
     keys = {(t["model"], t["tp"]) for t in new_tables}
     kept = [t for t in (old or {}).get("tables", []) if (t["model"], t["tp"]) not in keys]
-    extra = {k: v for k, v in (old or {}).items() if k in ("allreduce_nccl",)}
+    extra = {k: v for k, v in (old or {}).items() if k in KEPT_SECTIONS}
     return {"schema": SCHEMA, **meta, **extra, "tables": kept + new_tables}
 
 

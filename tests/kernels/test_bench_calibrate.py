@@ -68,11 +68,13 @@ def test_parse_targets():
 def test_merge_keeps_other_tables():
     old = {
         "allreduce_nccl": [{"tp": 2}],
+        "decode_shared_reads": {"rho": 0.7},
         "tables": [{"model": "a", "tp": 1, "v": 1}, {"model": "b", "tp": 2, "v": 1}],
     }
     new = merge_tables(old, [{"model": "b", "tp": 2, "v": 2}], {"device": "X"})
     assert new["schema"] == SCHEMA and new["device"] == "X"
     assert new["allreduce_nccl"] == [{"tp": 2}]
+    assert new["decode_shared_reads"] == {"rho": 0.7}
     assert new["tables"] == [{"model": "a", "tp": 1, "v": 1}, {"model": "b", "tp": 2, "v": 2}]
 
 
