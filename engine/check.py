@@ -323,7 +323,41 @@ def decode_shared_pages(
     return out
 
 
-PARTS = ("decode_shared_pages",)
+def decode_step_shared(
+    shape, w, device, prefix=2048, batches=(16, 32, 64), tails=(128, 384), pool_pages=20480
+) -> dict:
+    """Whole decode steps of the engine (every layer, CUDA graph as served, host to sampled
+    tokens, median of 15) on the block tables decode_shared_pages times one layer of
+    (`shared_layouts`): do the shared pages' savings the kernel shows reach a served step?"""
+    from engine.graphs import DecodeGraphs
+    from kernels.paged_decode import decode_splits
+
+    pool = KVPool(
+        shape.num_layers, pool_pages + 1, shape.num_kv_heads, PAGE, shape.head_dim, device
+    )
+    pool.k.normal_(), pool.v.normal_()
+    model = PagedModel(shape, w, pool)
+    graphs = DecodeGraphs(model, max_model_len=40960, scratch_page=pool_pages)
+    layouts = list(shared_layouts(prefix, pool_pages, batches, tails))
+    caps = set()
+    for batch, _, lens, _, _ in layouts:
+        splits = decode_splits(batch, int(lens.sum()), int(lens.max()), shape.num_kv_heads, device)
+        caps.add(graphs.cap_for(splits[0]))
+    graphs.capture(sorted({b for b, *_ in layouts}), caps=sorted(caps))
+    rng = np.random.default_rng(5)
+    out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
+    for batch, groups, lens, table, member in layouts:
+        works = [
+            SeqWork(rng.integers(0, shape.vocab_size, 1), int(n) - 1,
+                    table[i, : -(-int(n) // PAGE)].tolist(), False)
+            for i, n in enumerate(lens)
+        ]  # fmt: skip
+        ms = _median_s(lambda: greedy(graphs.run(works)).tolist()) * 1e3  # noqa: B023
+        out[f"b{batch}_g{groups}"] = {"ms": ms, **sharing(prefix, lens, member)}
+    return out
+
+
+PARTS = ("decode_shared_pages", "decode_step_shared")
 SHARED_PREFIXES = (512, 1024, 2048, 4096, 8192)
 SHARED_BATCHES = (8, 16, 32, 64, 128, 256)
 # The attention shards the serving runs use: llama-3-8b on one GPU, the article's model at TP 2
@@ -416,7 +450,17 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.only:  # the shared-pages table: shards x prefixes x batches (those the pool holds)
         result = {"method": "kernels.bench.bench_ms (CUDA graph, L2 flushed, median)"}
+        if args.only == "decode_step_shared":  # whole llama-3-8b steps, one GPU
+            w = random_weights(SHAPES[args.shape], 0, device)
+            result[args.shape] = {
+                f"p{prefix}": decode_step_shared(
+                    SHAPES[args.shape], w, device, prefix, args.batches, tuple(args.tails)
+                )
+                for prefix in args.prefixes
+            }
         for shard, (model, tp) in SHARED_SHARDS.items():
+            if args.only != "decode_shared_pages":
+                break
             heads = attention_shard(model, tp)
             result[shard] = {
                 f"p{prefix}": decode_shared_pages(
