@@ -323,6 +323,57 @@ def decode_shared_pages(
     return out
 
 
+def ragged_lengths(rng, batch: int, mean: int, sigma: float) -> np.ndarray:
+    """`batch` context lengths of about `mean` tokens on average, lognormal with `sigma` (0:
+    all equal), clipped to 16-65,536 tokens."""
+    if sigma == 0:
+        return np.full(batch, mean, dtype=np.int64)
+    w = rng.lognormal(0.0, sigma, batch)
+    return np.clip(np.round(mean * w / w.mean()), 16, 65536).astype(np.int64)
+
+
+def decode_ragged(shape, device, batches=(8, 16, 25, 32, 64), means=(2048, 8192),
+                  sigmas=(0.0, 0.35, 0.7, 1.0, 1.4), pool_pages=49490) -> dict:  # fmt: skip
+    """One layer's paged decode attention on distinct random pages (timed as decode_shared_pages
+    times it) for batches of unequal lengths: the calibration's decode table is measured on
+    equal lengths and priced at the batch's mean, while a serving batch is ragged (a long
+    context beside short ones). ms per call with its lengths' max / mean."""
+    from kernels.bench import bench_ms
+    from kernels.paged_decode import paged_decode_attention
+
+    hkv, d = shape.num_kv_heads, shape.head_dim
+    k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    rng = np.random.default_rng(6)
+    out: dict = {"pool_pages": pool_pages}
+    for batch in batches:
+        q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
+        for mean in means:
+            for sigma in sigmas:
+                lens = ragged_lengths(rng, batch, mean, sigma)
+                pages = -(-lens // PAGE)
+                if int(pages.sum()) > pool_pages:
+                    continue
+                perm = rng.permutation(pool_pages)[: int(pages.sum())]
+                table = np.zeros((batch, int(pages.max())), dtype=np.int32)
+                for i, row in enumerate(np.split(perm, np.cumsum(pages)[:-1])):
+                    table[i, : len(row)] = row
+                t = torch.from_numpy(table).to(device)
+                seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
+                kw = dict(max_seq_len=int(lens.max()), total_tokens=int(lens.sum()))
+
+                def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
+                    paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
+
+                out[f"b{batch}_m{mean}_s{sigma}"] = {
+                    "ms": bench_ms(call),
+                    "kv_tokens": int(lens.sum()),
+                    "max_len": int(lens.max()),
+                    "max_over_mean": float(lens.max() / lens.mean()),
+                }
+    return out
+
+
 def decode_step_shared(
     shape, w, device, prefix=2048, batches=(16, 32, 64), tails=(128, 384), pool_pages=20480
 ) -> dict:
@@ -343,7 +394,8 @@ def decode_step_shared(
     for batch, _, lens, _, _ in layouts:
         splits = decode_splits(batch, int(lens.sum()), int(lens.max()), shape.num_kv_heads, device)
         caps.add(graphs.cap_for(splits[0]))
-    graphs.capture(sorted({b for b, *_ in layouts}), caps=sorted(caps))
+    sizes = {graphs.size_for(b) for b, *_ in layouts}  # the batch each step pads to
+    graphs.capture(sorted(s for s in sizes if s is not None), caps=sorted(caps))
     rng = np.random.default_rng(5)
     out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
     for batch, groups, lens, table, member in layouts:
@@ -357,7 +409,7 @@ def decode_step_shared(
     return out
 
 
-PARTS = ("decode_shared_pages", "decode_step_shared")
+PARTS = ("decode_shared_pages", "decode_step_shared", "decode_ragged")
 SHARED_PREFIXES = (512, 1024, 2048, 4096, 8192)
 SHARED_BATCHES = (8, 16, 32, 64, 128, 256)
 # The attention shards the serving runs use: llama-3-8b on one GPU, the article's model at TP 2
@@ -459,6 +511,9 @@ def main() -> None:
                 )
                 for prefix in args.prefixes
             }
+        if args.only == "decode_ragged":
+            for shard, (model, tp) in SHARED_SHARDS.items():
+                result[shard] = decode_ragged(attention_shard(model, tp), device)
         for shard, (model, tp) in SHARED_SHARDS.items():
             if args.only != "decode_shared_pages":
                 break

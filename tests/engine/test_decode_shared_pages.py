@@ -27,3 +27,16 @@ def test_shares_of_a_tiny_table():
 def test_shard_heads():
     tp2 = attention_shard("article-70b", 2)
     assert (tp2.num_q_heads, tp2.num_kv_heads, tp2.head_dim) == (32, 4, 128)
+
+
+def test_ragged_lengths_keep_the_mean_and_spread_with_sigma():
+    import numpy as np
+
+    from engine.check import ragged_lengths
+
+    rng = np.random.default_rng(0)
+    assert ragged_lengths(rng, 4, 100, 0.0).tolist() == [100] * 4
+    spread = [ragged_lengths(rng, 64, 4096, s) for s in (0.35, 1.0)]
+    for lens in spread:
+        assert abs(lens.mean() - 4096) < 0.01 * 4096 and lens.min() >= 16
+    assert spread[1].max() / spread[1].mean() > spread[0].max() / spread[0].mean()
