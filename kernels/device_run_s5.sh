@@ -6,9 +6,10 @@
 #             reversed splits on the target shapes (with SDPA), 1 x 32K, 1 x 128K, seed mix
 #          3. kernels.bench_prefill --no-sdpa --suite prefill: the issue-13 prefill target rows
 #          4. kernels.bench_prefill --suite cascade --cascade-variants: cascade on the seed mix
-#   final: 1. GPU tests (subset)  2. kernels.bench --targets (decode vs SDPA, defaults)
-#          3. kernels.calibrate --parts decode,prefill,cascade --fidelity 30 --fidelity-extra 12
-#          4. kernels.bench_prefill --no-sdpa (prefill target rows + cascade, defaults)
+#   final: 1. GPU tests (subset)
+#          2. kernels.calibrate --parts decode,prefill,cascade --fidelity 30 --fidelity-extra 12
+#          3. kernels.bench --decode-sweep: the defaults and the separate combine, with SDPA
+#          4. kernels.bench_prefill --no-sdpa: prefill target rows + cascade variants
 # Outputs: run.log and the JSON files named below.
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -50,18 +51,20 @@ if [ "$mode" = sweep ]; then
   step "done"
   exit 0
 fi
-step "pytest (GPU): fused combine, one-token chunks, cascade (subset)"
-timeout "$(left 45 250)" python3 -m pytest -q -x -p no:cacheprovider $tests \
-  -k "fused or one_token or (cascade and not random)" 2>&1 | tail -n 10 | tee -a "$log"
-step "decode targets (defaults)"
-timeout "$(left 45 200)" python3 -m kernels.bench --targets --out "$OUT/bench_decode_targets.json" \
-  2>&1 | tail -n 30 | tee -a "$log"
+step "pytest (GPU): fused combine, device splits, one-token chunks, cascade (subset)"
+timeout "$(left 45 275)" python3 -m pytest -q -x -p no:cacheprovider $tests \
+  tests/kernels/test_prepared_launch.py -k "fused or one_token or device or split or layers or (cascade and not random)" \
+  2>&1 | tail -n 10 | tee -a "$log"
 step "calibrate decode,prefill,cascade + fidelity 30 + 12"
 cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-timeout "$(left 170 30)" python3 -m kernels.calibrate --parts decode,prefill,cascade \
+timeout "$(left 200 75)" python3 -m kernels.calibrate --parts decode,prefill,cascade \
   --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" \
   --fidelity-out "$OUT/h200_fidelity.json" 2>&1 | tee -a "$log"
-step "prefill target rows + cascade (defaults)"
-timeout "$(left 30 0)" python3 -m kernels.bench_prefill --no-sdpa --out "$OUT/bench_prefill.json" \
-  2>&1 | tee -a "$log"
+step "decode: defaults vs the separate combine launch (SDPA on the uniform shapes)"
+timeout "$(left 35 40)" python3 -m kernels.bench --out "$OUT/bench_decode_final.json" \
+  --sweep-sdpa --decode-sweep '[{}, {"fused_combine": false}]' 2>&1 | tee -a "$log"
+step "prefill target rows + cascade (defaults; old prefix-pass config; separate combine)"
+timeout "$(left 40 0)" python3 -m kernels.bench_prefill --no-sdpa --out "$OUT/bench_prefill.json" \
+  --cascade-variants '[[{}, {}], [{"block_m": 128, "num_warps": 8, "num_stages": 3}, {}],
+    [{}, {"fused_combine": false}]]' 2>&1 | tee -a "$log"
 step "done"

@@ -62,13 +62,21 @@ MAX_SPLITS = 256
 # programs per SM + this cap reach 1 x 128K 0.85 of copy (defaults 0.71) and 64 x 2K 0.1400 ms
 # (0.1602) but cost the ragged seed mix 4.5% (0.779 vs 0.745 ms).
 CAP_TO_MEAN = False
-# Session 5 options (kernels/README.md): launch the highest split of every sequence first
-# (`reverse_splits`), and merge the partials in the main kernel, by the program that finishes
-# a sequence's last split (`fused_combine`, up to FUSED_COMBINE_MAX_SPLITS splits: beyond that
-# one program's serial merge is longer than a combine launch spread over the batch).
+# Session 5 (kernels/README.md, H200 sweep of 2026-11-30 13:41 UTC):
+# - `fused_combine`: the program that finishes a sequence's last split merges the partials, so a
+#   split launch is one kernel, not two. On up to FUSED_COMBINE_MAX_SPLITS splits: 16 x 2K
+#   0.0527 -> 0.0508 ms (4 splits), 64 x 2K 0.1584 -> 0.1508 (4), seed mix 0.7312 -> 0.7240 (at
+#   most 12); past that one program's serial merge costs more than the launch it saves (16 x 8K,
+#   16 splits: 0.1502 -> 0.1555; 1 x 32K, 64 splits: 0.0544 -> 0.0667).
+# - `reverse_splits` (highest split first): slower on the seed mix (0.7312 -> 0.7420); off.
+# - One sequence alone has no ragged tail to keep short, so it is split for
+#   SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM (fewer, longer splits): 1 x 128K 0.1757 ->
+#   0.1442 ms; contexts up to 32K split the same either way (the 512-token floor).
 REVERSE_SPLITS = False
-FUSED_COMBINE = False
-FUSED_COMBINE_MAX_SPLITS = 64
+FUSED_COMBINE = True
+FUSED_COMBINE_MAX_SPLITS = 12
+SINGLE_SEQUENCE_PROGRAMS_PER_SM = 4
+MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
     "block_n": 64,
@@ -437,8 +445,11 @@ def choose_split(
     per SM run; the longest sequence is cut into as many splits as that needs. Balancing by total
     work, not by batch size, keeps one 32K request in a batch of short ones from being the tail.
     With `cap_to_mean` (and the `batch` size) a split is also no longer than the batch's mean
-    sequence (for a uniform batch that changes nothing).
+    sequence (for a uniform batch that changes nothing). A batch of one sequence aims at no more
+    than SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM.
     """
+    if batch == 1:
+        programs_per_sm = min(programs_per_sm, SINGLE_SEQUENCE_PROGRAMS_PER_SM)
     target = max(1, programs_per_sm * num_sms)
     tokens = -(-total_tokens * programs_per_seq // target)
     if cap_to_mean and batch > 0:
@@ -491,7 +502,9 @@ def decode_split_bound(
     """The most splits `decode_splits` can return for `batch` sequences of at most `max_len`
     tokens each (>= 1): the grid bound of a graph captured once per batch size. For a longest
     sequence of L tokens the fewest total tokens (the others 1 each) give the most splits, so
-    the bound is the max over L of choose_split(L + batch - 1, L) (vectorised, same integers)."""
+    the bound is the max over L of choose_split(L + batch - 1, L) (vectorised, same integers).
+    For batch 1 it is computed as for a larger batch (without the single-sequence rule, which
+    only splits less), so decode_split_bound(1, ...) bounds every batch size."""
     if batch < 1 or max_len < 1:
         return 1
     lens = np.arange(1, max_len + 1, dtype=np.int64)
@@ -894,8 +907,15 @@ def prepare_decode(
             REVERSE_SPLITS=reverse_splits,
             FUSED_COMBINE=fused,
             MERGE_G=merge_g,
-            # [MERGE_G, MERGE_S, HEAD_DIM] fp32 partials per merge step: 8K floats
-            MERGE_S=max(1, min(triton.next_power_of_2(num_splits), 8192 // (merge_g * head_dim))),
+            # Splits per merge step: not a function of num_splits, so a device-split graph
+            # merges as the host-split path does.
+            MERGE_S=max(
+                1,
+                min(
+                    triton.next_power_of_2(FUSED_COMBINE_MAX_SPLITS),
+                    MERGE_FLOATS // (merge_g * head_dim),
+                ),
+            ),
             num_warps=num_warps,
             num_stages=num_stages,
         ),

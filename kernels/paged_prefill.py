@@ -589,7 +589,7 @@ def plan_prefill(
         and q_lens.size
         and bool(np.all(q_lens == 1))
         and tokens_per_split is None
-        and not launch
+        and not set(launch or {}) & set(LAUNCH_KEYS)  # no forced prefill launch knobs
     ):
         work_class = "decode"
     elif causal and tokens_per_split is None and not (launch and "block_m" in launch):

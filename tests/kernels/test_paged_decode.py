@@ -102,11 +102,17 @@ def test_many_splits_leave_short_sequences_unsplit():
 @pytest.mark.parametrize("group", [1, 8])
 @pytest.mark.parametrize("grouped", [True, False])
 @pytest.mark.parametrize("num_splits", [1, 3, 20])
-def test_fused_combine_and_reversed_splits(group, grouped, num_splits):
+def test_fused_combine_and_reversed_splits(group, grouped, num_splits, monkeypatch):
     # The merge in the main launch (the last split's program), with the highest split first,
     # ragged lengths (short sequences have fewer splits than the grid); twice through one
-    # prepared launch, so the per-row counters must be back at 0 after the first.
+    # prepared launch, so the per-row counters must be back at 0 after the first. 20 splits:
+    # fused too (limit raised), 2 splits per merge step (10 steps).
+    import kernels.paged_decode as dec
     from kernels.paged_decode import prepare_decode
+
+    if num_splits > dec.FUSED_COMBINE_MAX_SPLITS:
+        monkeypatch.setattr(dec, "FUSED_COMBINE_MAX_SPLITS", num_splits)
+        monkeypatch.setattr(dec, "MERGE_FLOATS", 2 * 8 * HEAD_DIM)
 
     lens = [1, 15, 16, 17, 200] if not ON_GPU else [1, 15, 16, 17, 100, 3000, 20000]
     g = torch.Generator(device=DEVICE).manual_seed(11 + group)
@@ -213,4 +219,8 @@ def test_choose_split_policy():
     assert choose_split(731179, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=100) == (5, 7360)
     assert choose_split(731179, 32768, 8, 132, 64, 4) == (3, 11136)
     assert choose_split(16 * 32768, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=16) == (5, 8000)
-    assert choose_split(131072, 131072, 8, 132, 64, batch=1) == (256, 512)
+    # One sequence: 4 programs per SM at most (1 x 128K: 64 splits of 2K, not 256 of 512); up
+    # to 32K the 512-token floor gives the same splits either way.
+    assert choose_split(131072, 131072, 8, 132, 64, batch=1) == (64, 2048)
+    assert choose_split(131072, 131072, 8, 132, 64, batch=2) == (256, 512)
+    assert choose_split(32768, 32768, 8, 132, 64, batch=1) == choose_split(32768, 32768, 8, 132, 64)

@@ -121,6 +121,8 @@ def test_one_token_chunks_take_the_decode_kernel(sm_scale):
     assert plan.work_class == "decode" and plan.max_seq_len == max(lens)
     assert plan_prefill([1, 2], [9, 9], 2, 8).work_class != "decode"
     assert plan_prefill(new, lens, 2, 8, causal=False).work_class != "decode"
+    assert plan_prefill(new, lens, 2, 8, launch={"block_m": 128}).work_class == "decode"
+    assert plan_prefill(new, lens, 2, 8, launch={"num_warps": 4}).work_class != "decode"
     out = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:2], float("nan"), device=DEVICE)
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)

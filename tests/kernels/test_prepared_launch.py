@@ -14,6 +14,7 @@ import torch
 import kernels.launch as launch_mod
 from kernels.launch import BoundLaunch
 from kernels.paged_decode import (
+    FUSED_COMBINE_MAX_SPLITS,
     choose_split,
     decode_split_bound,
     decode_splits,
@@ -59,7 +60,7 @@ def test_decode_layers_match_wrapper_and_reference(num_splits):
     kw = dict(num_splits=num_splits, max_seq_len=max(lens), block_n=16, check_bounds=False)
     prep = prepare_decode(q, ks[0], vs[0], kv.block_tables, kv.seq_lens, out=out, **kw)
     assert prep.num_splits == num_splits
-    assert len(prep.launches) == (2 if num_splits > 1 else 1)
+    assert len(prep.launches) == (2 if num_splits > FUSED_COMBINE_MAX_SPLITS else 1)
     for i in range(LAYERS):
         out.fill_(float("nan"))
         assert prep.launch(ks[i], vs[i]) is out
@@ -276,7 +277,7 @@ def test_gpu_launches_take_the_direct_path():
     for _ in range(3):
         assert torch.equal(prep(kv.k_cache, kv.v_cache), first)
     why = [launch.why_normal for launch in prep.launches]
-    assert prep.fast_launches == 2 * 3, why  # each kernel: normal path once, then direct
+    assert prep.fast_launches == len(prep.launches) * 3, why  # normal once, then direct
 
 
 # Splits from device memory (decode graphs captured once per batch size).
@@ -292,7 +293,8 @@ def test_device_splits_equal_the_host_split_path(lens):
     bound = 8
     prep = prepare_decode(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, out=out,
                           split_tensor=split_t, max_splits=bound, block_n=16)  # fmt: skip
-    assert prep.num_splits == bound and len(prep.launches) == 2
+    assert prep.num_splits == bound
+    assert len(prep.launches) == (1 if bound <= FUSED_COMBINE_MAX_SPLITS else 2)
     for n in (1, 2, 3, bound):  # the same prepared launch (one graph), other split counts
         want = paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens,
                                       num_splits=n, block_n=16)  # fmt: skip
@@ -310,11 +312,14 @@ def test_decode_splits_and_their_bound():
     for batch in (1, 3, 16, 64, 255):
         for max_len in (1, 700, 5000, 40000):
             bound = decode_split_bound(batch, max_len, 8, "cpu")
+            # (batch 1: the bound of the 16-programs-per-SM rule, which bounds every batch size;
+            # the launcher's single-sequence rule only splits less)
             brute = max(
-                choose_split(L + batch - 1, L, 8, 132, 64, 16, 512, False, batch)[0]
+                choose_split(L + batch - 1, L, 8, 132, 64, 16, 512, False, max(batch, 2))[0]
                 for L in range(1, max_len + 1)
             )
             assert bound == brute, (batch, max_len)
+            assert decode_splits(1, max_len, max_len, 8, "cpu")[0] <= bound
             # Any batch within the limits splits no more than the bound.
             for total in (max_len, max_len + batch - 1, batch * max_len):
                 if total >= max_len + batch - 1:
