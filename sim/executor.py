@@ -91,10 +91,13 @@ class ModelledExecutor:
         the block tables, nor on other nodes' pages)?"""
         return self.transfer is None
 
-    def decode_steps_s(self, num_decode: int, ctx_sums: Sequence[int]) -> list[float]:
-        """`decode_step_s` of decode-only steps of `num_decode` requests, one per context sum,
-        for an executor that `prices_decode_by_sum` (memoised, the same floats)."""
-        return self.decode_prices.many(num_decode, ctx_sums)
+    def decode_span_prices(self, step: Step, ctx_sums: Sequence[int]) -> list[float] | None:
+        """`run_step` of the decode-only steps a decode span runs after `step` (the same
+        requests, decoding on), one per context sum (memoised, the same floats); None when this
+        executor cannot price them from their sums (the node then runs them one by one)."""
+        if not self.prices_decode_by_sum():
+            return None
+        return self.decode_prices.many(len(step.items), ctx_sums)
 
     def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
         """`run_step` of a decode-only step whose contexts sum to `decode_ctx_sum` (the node

@@ -13,13 +13,15 @@ SimPy event and a generator resumption. The loop is callbacks, not a generator, 
 share it.
 
 Decode spans (the default driver only). While the node decodes the same batch step after step
-(no request finishes, nothing can be admitted, every next token finds a free page, no page is
-indexed), a step's end changes nothing but counters: the node still parks every step end (so
-steps keep their place among all events), prices it and counts it, but leaves the requests and
-the KV pool behind and brings them up to date in one pass (`_sync`: Scheduler.repeat_decodes)
-when anything outside reads or changes the node (its `kv`, `waiting`, `running`, `submit`,
-`wake`), when the span runs out, or when the clock's `run` returns. What is read is then exactly
-what the step-by-step driver would show at that moment.
+(no request finishes, nothing can be admitted, every next token finds a free page), a step's end
+changes nothing anyone else sees until they look: the node still parks every step end (so steps
+keep their place among all events), prices it and counts it, but leaves the requests, the KV
+pool and the prefix index behind (pages filled by generated tokens are indexed later, at their
+own step's end time and in their own order) and brings them up to date in one pass (`_sync`:
+Scheduler.repeat_decodes) when anything outside reads or changes the node (its `kv`, `waiting`,
+`running`, `submit`, `wake`, `sync_index`: the router before it reads the routing table the
+caches feed), when the span runs out, or when the clock's `run` returns. What is read is then
+exactly what the step-by-step driver would show at that moment.
 """
 
 from __future__ import annotations
@@ -80,10 +82,9 @@ class Node:
         self._decode_sum = 0  # its decode contexts summed (Step.shape's decode_ctx_sum)
         # A decode span: ends of the steps not applied yet (None: no span), and how many more
         # step ends the span may run through before the node must look again.
-        prices_by_sum = getattr(executor, "prices_decode_by_sum", None)
-        self._span_ok = (
-            self._repeat_ok and on_step is None and prices_by_sum is not None and prices_by_sum()
-        )
+        # (step, context sums) -> prices of the span's steps, or None (not priced by sums)
+        self._span_prices_of = getattr(executor, "decode_span_prices", None)
+        self._span_ok = self._repeat_ok and on_step is None and self._span_prices_of is not None
         # Steps of a span are numbered from the one whose end started it (0). Step i >= 1 costs
         # _span_prices[i - 1] and ends at _span_times[i] (filled in as `_sync` needs them).
         self._span = False  # a span is running
@@ -143,6 +144,12 @@ class Node:
     def used_tokens(self) -> int:
         """kv.used_tokens(), likewise."""
         return self.scheduler.kv.used_tokens() + self._span_tokens()
+
+    def sync_index(self) -> None:
+        """Index the pages a span's ended steps filled (and tell the cache's listeners, the
+        routing table): what a reader of the index or the table sees step by step now."""
+        if self._span_applied <= self._span_index:
+            self._sync()
 
     def _span_tokens(self) -> int:
         pairs = self._span_index + 1 - self._span_applied  # steps ended, not applied
@@ -262,26 +269,37 @@ class Node:
         self.num_steps += 1
         if self.on_step is not None:
             self.on_step(self.node_id, start, step_s, step)
-        span = scheduler.decode_span(seqs) if self._span_ok else 0
-        size = len(seqs)
-        if span >= 2:  # apply this step and plan the next later (_sync), and so on span times
-            first = self._decode_sum + size
-            sums = range(first, first + size * span, size)  # steps 1 .. span
-            self._span_prices = self.executor.decode_steps_s(size, sums)  # type: ignore[attr-defined]
-            self._span_times = [now]
-            self._span_first_sum = first
-            self._span = True
-            self._span_index = self._span_counted = self._span_applied = 0
-            self._span_left = span - 1
+        if self._span_ok and self._start_span(step, now):  # applied later (_sync)
+            step_s = self._span_prices[0]
+            self._decode_sum += len(seqs)
         else:
             scheduler.repeat_decode(seqs, now)
-        self._decode_sum += size
-        if span >= 2:
-            step_s = self._span_prices[0]
-        else:
+            self._decode_sum += len(seqs)
             step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
         self._in_flight = (step, now, step_s)
         self.env.park(now + step_s, self)  # type: ignore[attr-defined]
+        return True
+
+    def _start_span(self, step: Step, now: float) -> bool:
+        """Start a decode span at this step end if the batch may run two or more steps as one
+        (Scheduler.decode_span) and the executor prices them from their sums: this step is
+        applied and the next planned later, and so on for the span's steps."""
+        seqs = self._batch_seqs
+        span = self.scheduler.decode_span(seqs)
+        if span < 2:
+            return False
+        size = len(seqs)
+        first = self._decode_sum + size
+        sums = range(first, first + size * span, size)  # steps 1 .. span
+        prices = self._span_prices_of(step, sums)  # type: ignore[misc]
+        if prices is None:
+            return False
+        self._span_prices = prices
+        self._span_times = [now]
+        self._span_first_sum = first
+        self._span = True
+        self._span_index = self._span_counted = self._span_applied = 0
+        self._span_left = span - 1
         return True
 
     def _sync(self) -> None:

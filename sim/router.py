@@ -66,7 +66,11 @@ class Router:
     # -- the decision ----------------------------------------------------------------------------
     def views(self, keys) -> list[NodeView]:
         """Every node as the policy sees it; the cached prefix only for policies that ask for it."""
-        matched = self.table.matched_pages(keys).tolist() if self.needs_prefix_match else None
+        matched = None
+        if self.needs_prefix_match:
+            for node in self.nodes:  # pages a decode span filled are in the table step by step
+                node.sync_index()
+            matched = self.table.matched_pages(keys).tolist()
         page_size, capacity, new = self.page_size, self.kv_capacity_tokens, tuple.__new__
         out = []
         for i, node in enumerate(self.nodes):  # read without bringing decode spans up to date

@@ -249,9 +249,10 @@ class Scheduler:
 
     def decode_span(self, seqs: list[Sequence]) -> int:
         """For a batch decode of `seqs` that `can_repeat_decode` accepted: how many repeats in a
-        row, this one first, change nothing but counts (no request finishing, no page indexed,
-        new pages from the free list): the node may then apply them later, in one pass
-        (`repeat_decodes`), as long as nothing outside reads or changes this node meanwhile."""
+        row, this one first, change only the node itself (no request finishing, new pages from
+        the free list, nothing to reclaim; pages filled may be indexed): the node may then apply
+        them later, in one pass (`repeat_decodes`), as long as nothing outside reads or changes
+        this node (its queues, its KV, its prefix index) meanwhile."""
         span = self._decode_span
         if span is None:
             return 0

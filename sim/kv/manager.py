@@ -189,25 +189,14 @@ class PagedKV:
 
     def decode_span(self, seqs: list[Sequence], limit: int) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch, starting
-        with the step in flight, only count: no page indexed, every new page from the free list,
-        nothing retired to reclaim (0 when the first already does more)."""
+        with the step in flight, take their new pages from the free list with nothing retired to
+        reclaim (0 when the first already does more). Pages they fill may be indexed: nothing
+        but the node's own steps reads or changes its index while they run (the node applies
+        them before anything else does), so `advance_decodes` indexes them later, in order."""
         pool = self.cache.pool
-        if pool.num_retired:
+        if pool.num_retired or limit <= 0:
             return 0
         size, n = self.page_size, limit
-        if self.cache.prefix_cache:  # the first pair whose apply would index a page ends it
-            for seq in seqs:
-                if not seq.cacheable:
-                    continue
-                c = seq.num_computed
-                if self.cache_outputs:
-                    n = min(n, (seq.stored_pages + 1) * size - c - 1)
-                elif min(c + 1, seq.prompt_tokens) // size > seq.stored_pages:
-                    n = 0
-                if n < 2:  # too short for a span (a batch indexing a page every step)
-                    return max(n, 0)
-        if n <= 0:
-            return 0
         tables = [(seq.num_computed + 1, len(seq.pages) * size) for seq in seqs]
         free = pool.num_free
 
@@ -228,19 +217,28 @@ class PagedKV:
     def advance_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
         """For a run `decode_span` allowed, at each of these times in order: `end_step`, each
         request's `on_computed(1)`, then each one's `grow(1)`; the same end state in one pass.
-        Called before the requests' num_computed counts these steps."""
+        Called before the requests' num_computed counts these steps. The pool and the prefix
+        index share no state, so the pages taken and the pages indexed are each replayed in
+        their own order (step by step, batch order within a step), at their own step's end."""
         d, size = len(ends), self.page_size
         pool = self.cache.pool
         pool.end_epochs(ends)
         self.live_tokens += d * len(seqs)
         last = ends[-1]
         allocs: list[tuple[int, int]] = []  # (pair, batch position) of each new page
+        stores: list[tuple[int, int, int]] = []  # (pair, batch position, full pages after it)
+        index = self.cache.prefix_cache
         for b, seq in enumerate(seqs):
             c = seq.num_computed
             computed = c + d
             seq.last_read_s = last
             limit = computed if self.cache_outputs else min(computed, seq.prompt_tokens)
-            seq.stored_pages = max(seq.stored_pages, limit // size)
+            full = limit // size
+            if full > seq.stored_pages:
+                if index and seq.cacheable:
+                    stores.extend(self._stores_of(b, c, seq.stored_pages, full))
+                else:
+                    seq.stored_pages = full
             want = computed + 1
             for q in range(len(seq.pages), -(-want // size)):
                 allocs.append((q * size - c - 1, b))  # page q is first needed by pair q*P - c - 1
@@ -255,6 +253,28 @@ class PagedKV:
                 seq.pages.append(page)
                 seq.use_after_free += bad
             self.slot_tokens += len(allocs) * size
+        if stores:
+            stores.sort()
+            store = self.cache.store_pages
+            for m, b, full in stores:
+                seq = seqs[b]
+                keys, tokens = self._keys_and_tokens(seq, full)
+                store(seq.pages, keys, tokens, seq.stored_pages, full, ends[m])
+                seq.stored_pages = full
+
+    def _stores_of(
+        self, b: int, computed: int, stored: int, full: int
+    ) -> list[tuple[int, int, int]]:
+        """(pair, b, full pages) of each `store_pages` a request at batch position b makes
+        while its computed tokens grow from `computed`, one per pair, until `full` pages are
+        full: pages up to the first pair's count at once, then one per page boundary."""
+        size = self.page_size
+        first = (computed + 1) // size  # full after pair 0 (the prompt caps it: <= full)
+        if not self.cache_outputs:
+            first = min(first, full)
+        out = [(0, b, first)] if first > stored else []
+        out.extend((f * size - computed - 1, b, f) for f in range(max(first, stored) + 1, full + 1))
+        return out
 
     def on_computed(
         self, seq: Sequence, num_tokens: int, now: float, indexable_tokens: int | None = None
