@@ -26,6 +26,7 @@ import pandas as pd
 
 from policies import make_policy
 from reports.validation import latency_table
+from sim.cascade import CommonPrefixMemo, shared_reads
 from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, parse_config
 from sim.kv.manager import paged_kv_from_config
@@ -216,8 +217,20 @@ def measured_requests(run: EngineRun) -> tuple[list[Request], int | None]:
 
 
 # -- replay: same decisions, exactly --------------------------------------------------------------
-def replay(run: EngineRun, requests: list[Request]) -> dict:
-    """Re-drive sim's scheduler with the engine's queue and step times; count disagreements.
+@dataclass(frozen=True)
+class ReplayedSteps:
+    """What steps.csv does not record, read off the replay per step: decode reads of pages
+    another decode of the step reads too (sim.cascade.shared_reads), and whether the engine had
+    work left after the step (so the next step followed at once: no idle wait between them)."""
+
+    shared_tokens: np.ndarray  # int64
+    busy_after: np.ndarray  # bool
+
+
+def replay(run: EngineRun, requests: list[Request]) -> tuple[dict, ReplayedSteps]:
+    """Re-drive sim's scheduler with the engine's queue and step times; count disagreements,
+    and read each step's shared decode reads off the replayed block tables (the engine's own:
+    same cache code, same decisions), which steps.csv does not record.
 
     Each request joins the queue before the step the engine first planned with it queued
     (requests.csv `queued_step`), so every scheduling decision sees the engine's queue."""
@@ -235,6 +248,9 @@ def replay(run: EngineRun, requests: list[Request]) -> dict:
     joins = list(zip(queued.queued_step, queued.request_id, queued.arrival_s, strict=True))
     seqs: dict[int, Sequence] = {}
     composition_mismatch, cursor, last_end = 0, 0, 0.0
+    shared = np.zeros(len(run.steps), dtype=np.int64)
+    busy_after = np.zeros(len(run.steps), dtype=bool)
+    memo: CommonPrefixMemo = {}
     for k, row in enumerate(run.steps.itertuples(index=False)):
         while cursor < len(joins) and joins[cursor][0] <= k:
             _, request_id, arrival_s = joins[cursor]
@@ -247,8 +263,10 @@ def replay(run: EngineRun, requests: list[Request]) -> dict:
             scheduler.kv.idle_reclaim(last_end)
         step = scheduler.schedule(float(row.start_s))
         composition_mismatch += _composition(step) != _row_composition(row)
+        shared[k] = shared_reads(step.items, cfg.cache.page_size, memo)
         last_end = float(row.start_s) + float(row.duration_s)
         scheduler.apply(step, last_end)
+        busy_after[k] = scheduler.has_work()
     engine_cached = dict(
         zip(run.requests.request_id.astype(int), run.requests.cached_tokens, strict=True)
     )
@@ -263,11 +281,14 @@ def replay(run: EngineRun, requests: list[Request]) -> dict:
     mismatched = len(admitted ^ replayed) + sum(
         seqs[i].cached_tokens != engine_cached[i] for i in admitted & replayed
     )
-    return {
+    counts = {
         "cached_tokens_mismatch": int(mismatched),
         "step_composition_mismatch": int(composition_mismatch),
         "replayed_steps": len(run.steps),
+        # every output token of the recorded steps, finished or not (the throughput's numerator)
+        "output_tokens_measured": sum(seq.num_generated for seq in seqs.values()),
     }
+    return counts, ReplayedSteps(shared, busy_after)
 
 
 def _composition(step) -> tuple[int, int, int]:
@@ -280,22 +301,31 @@ def _row_composition(row) -> tuple[int, int, int]:
 
 
 # -- the step price ----------------------------------------------------------------------------
-def measured_step_s(steps: pd.DataFrame) -> np.ndarray:
-    """What a step cost the engine's loop: its measured duration plus the scheduler's CPU time
-    for it (`sched_s`: `schedule` before, `apply` after), which a synchronous engine spends
-    between steps while the GPU waits. The simulator's step price is the time from one step's
-    start to the next's, so it must cover both."""
-    measured = steps.duration_s.to_numpy(dtype=np.float64)
+def measured_step_s(steps: pd.DataFrame, busy_after: np.ndarray) -> np.ndarray:
+    """What a step cost the engine's loop: from its start to the next step's start when the
+    engine had work left (`busy_after`): the measured duration, the scheduler's CPU time around
+    it (`sched_s`: `apply` after it, `schedule` before the next) and the loop's own work between
+    the two (arrivals, sampling the time series: 20-150 us). The simulator's step price is the
+    time from one step's start to the next's, so it must cover all of it. After the last step,
+    or when the engine went idle, the loop's own work is not separable from the wait: duration
+    plus `sched_s` there."""
+    measured = steps.duration_s.to_numpy(dtype=np.float64).copy()
     if "sched_s" in steps.columns:
-        measured = measured + steps.sched_s.to_numpy(dtype=np.float64)
+        measured += steps.sched_s.to_numpy(dtype=np.float64)
+    to_next = np.diff(steps.start_s.to_numpy(dtype=np.float64))
+    measured[:-1] = np.where(busy_after[:-1], to_next, measured[:-1])
     return measured
 
 
-def step_errors(run: EngineRun, latency: LatencyModel) -> pd.DataFrame:
-    """Predicted vs measured cost (`measured_step_s`) of every measured step."""
+def step_errors(run: EngineRun, latency: LatencyModel, replayed: ReplayedSteps) -> pd.DataFrame:
+    """Predicted vs measured cost (`measured_step_s`) of every measured step; `shared`: each
+    step's decode reads of pages another decode of it reads too (`replay`)."""
     rows = run.steps.to_dict("records")
-    predicted = np.array([latency.step_time_s(step_plan(r)) for r in rows])
-    measured = measured_step_s(run.steps)
+    plans = [step_plan(r) for r in rows]
+    for plan, tokens in zip(plans, replayed.shared_tokens.tolist(), strict=True):
+        plan.decode_shared_tokens = tokens
+    predicted = np.array([latency.step_time_s(plan) for plan in plans])
+    measured = measured_step_s(run.steps, replayed.busy_after)
     has_prefill = run.steps.num_prefill.to_numpy() > 0
     return pd.DataFrame({"measured_s": measured, "predicted_s": predicted, "prefill": has_prefill})
 
@@ -313,7 +343,7 @@ TOKEN_GRID_S = np.arange(0.0, 10e-6, 1e-7)  # candidate costs per prefill token:
 EXTRA_GRID_S = np.arange(0.0, 5e-3, 1e-4)  # candidate extras per step with a chunk: 0-5 ms
 
 
-def measured_overheads(run: EngineRun) -> dict[str, float]:
+def measured_overheads(run: EngineRun, replayed: ReplayedSteps) -> dict[str, float]:
     """What the priced kernels leave out, measured on the run (the terms of
     sim.latency.base.StepOverhead): each step's measured cost minus its kernels-only price.
 
@@ -328,7 +358,7 @@ def measured_overheads(run: EngineRun) -> dict[str, float]:
     term stays 0."""
     gpu = run.cfg.gpu.model_copy(update=dict.fromkeys(OVERHEAD_TERMS, 0.0))
     kernels_only = make_latency_model(run.cfg.model, gpu, run.cfg.node.tp)
-    steps = step_errors(run, kernels_only)
+    steps = step_errors(run, kernels_only, replayed)
     decodes = run.steps.num_decode.to_numpy(dtype=np.float64)
     prefill_tokens = run.steps.prefill_tokens.to_numpy(dtype=np.float64)
     prefill = steps.prefill.to_numpy()
@@ -378,6 +408,13 @@ def _fit_prefill_terms(
     return float(TOKEN_GRID_S[at_i]), float(EXTRA_GRID_S[at_e]), floors
 
 
+def _pricing_shared_reads(run: EngineRun, shared_page_reads: str | None) -> EngineRun:
+    if shared_page_reads is None:
+        return run
+    gpu = run.cfg.gpu.model_copy(update={"shared_page_reads": shared_page_reads})
+    return EngineRun(run.cfg.model_copy(update={"gpu": gpu}), run.requests, run.steps)
+
+
 def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> EngineRun:
     """The run's config with per-step overheads measured elsewhere (a held-out run)."""
     gpu = run.cfg.gpu.model_copy(update={**overheads, "step_overhead_source": source})
@@ -385,8 +422,11 @@ def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> 
 
 
 # -- serving: the simulator on the same requests -----------------------------------------------
-def simulate(run: EngineRun, requests: list[Request], num_clients: int | None) -> pd.DataFrame:
-    """requests.csv of a simulation of the same requests on the same config."""
+def simulate(
+    run: EngineRun, requests: list[Request], num_clients: int | None
+) -> tuple[pd.DataFrame, int]:
+    """requests.csv of a simulation of the same requests on the same config, and the output
+    tokens it generated (finished requests or not)."""
     cfg = run.cfg
     if num_clients is None:  # open loop: each request at the time it reached the engine
         arrival = dict(
@@ -399,7 +439,8 @@ def simulate(run: EngineRun, requests: list[Request], num_clients: int | None) -
         workload = Workload("engine-replay", run_workload(cfg).requests, num_clients=num_clients)
     cluster = Cluster(cfg, workload, np.random.default_rng([cfg.seed, 1]), make_policy)
     cluster.run()
-    return request_frame(cluster.sequences, "sim")
+    generated = sum(seq.num_generated for seq in cluster.sequences)
+    return request_frame(cluster.sequences, "sim"), generated
 
 
 def _at(req: Request, arrival_s: float) -> Request:
@@ -438,7 +479,13 @@ def _percentile_rel_err(predicted: np.ndarray, measured: np.ndarray, q: float) -
     return (float(np.percentile(predicted[keep], q)) - want) / want if want > 0 else None
 
 
-def serving_errors(measured: pd.DataFrame, simulated: pd.DataFrame, duration_s: float) -> dict:
+def serving_errors(
+    measured: pd.DataFrame, simulated: pd.DataFrame, duration_s: float, generated: tuple[int, int]
+) -> dict:
+    """Per-request and distribution errors of TTFT, TPOT and E2E; throughput as output tokens
+    generated per second of the run (`generated`: measured, simulated), whether or not their
+    request finished in it: a closed loop's clients finish in waves, and counting finished
+    requests only moves a whole wave in or out of the window on a few ms of difference."""
     m, s = latency_table(measured), latency_table(simulated)
     both = m.merge(s, left_index=True, right_index=True, suffixes=("_measured", "_sim"))
     out: dict = {"requests_compared": len(both)}
@@ -449,9 +496,12 @@ def serving_errors(measured: pd.DataFrame, simulated: pd.DataFrame, duration_s: 
         out[f"{metric}_p90_abs_err"] = _pct(err, 90)
         for q in (50, 90):  # the distributions' percentiles, as serving benchmarks report them
             out[f"{metric}_p{q}_rel_err"] = _percentile_rel_err(sim, meas, q)
-    tput = [_output_throughput(f, duration_s) for f in (measured, simulated)]
+    tput = [tokens / duration_s for tokens in generated]
     out["throughput_measured"], out["throughput_sim"] = tput
     out["throughput_abs_err"] = abs(tput[1] - tput[0]) / tput[0] if tput[0] else None
+    done = [_output_throughput(f, duration_s) for f in (measured, simulated)]
+    out["finished_throughput_measured"], out["finished_throughput_sim"] = done
+    out["finished_throughput_abs_err"] = abs(done[1] - done[0]) / done[0] if done[0] else None
     return out
 
 
@@ -461,21 +511,25 @@ def _output_throughput(requests: pd.DataFrame, duration_s: float) -> float:
 
 
 def validate(
-    run_dir: Path, overhead_from: Path | None = None
+    run_dir: Path, overhead_from: Path | None = None, shared_page_reads: str | None = None
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The fidelity numbers and the tables the validation report draws. `overhead_from`: an
     engine run whose measured per-step overheads are added to the price (held out: measured
-    there, judged here)."""
-    run = load_engine_run(run_dir)
-    measured = measured_overheads(run)
+    there, judged here). `shared_page_reads`: price shared page reads so (`gpu.`
+    `shared_page_reads`) instead of as the run's config says."""
+    run = _pricing_shared_reads(load_engine_run(run_dir), shared_page_reads)
+    requests, num_clients = measured_requests(run)
+    counts, replayed = replay(run, requests)
+    measured = measured_overheads(run, replayed)
     if overhead_from is not None:
         source = f"measured on {overhead_from.name} (kvsched validate)"
-        run = with_overheads(run, measured_overheads(load_engine_run(overhead_from)), source)
-    requests, num_clients = measured_requests(run)
+        probe = _pricing_shared_reads(load_engine_run(overhead_from), shared_page_reads)
+        _, probe_steps = replay(probe, measured_requests(probe)[0])
+        run = with_overheads(run, measured_overheads(probe, probe_steps), source)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
-    steps = step_errors(run, latency)
+    steps = step_errors(run, latency, replayed)
     step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())
-    simulated = simulate(run, requests, num_clients)
+    simulated, sim_generated = simulate(run, requests, num_clients)
     sim_cached = dict(zip(simulated.request_id, simulated.cached_tokens, strict=True))
     free_mismatch = sum(
         sim_cached.get(i, c) != c
@@ -485,12 +539,18 @@ def validate(
         "schema": SCHEMA,
         "run": str(run_dir),
         "latency_model": latency.name,
+        "shared_page_reads": run.cfg.gpu.shared_page_reads,
         **{name: getattr(run.cfg.gpu, name) for name in OVERHEAD_TERMS},
         **{f"measured_{name}": value for name, value in measured.items()},
         "step_time_median_abs_err": _pct(step_err, 50),
         "step_time_p90_abs_err": _pct(step_err, 90),
-        **serving_errors(run.requests, simulated, run.cfg.duration_s),
-        **replay(run, requests),
+        **serving_errors(
+            run.requests,
+            simulated,
+            run.cfg.duration_s,
+            (counts["output_tokens_measured"], sim_generated),
+        ),
+        **counts,
         "cached_tokens_mismatch_free_run": int(free_mismatch),
     }
     result = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
@@ -550,7 +610,7 @@ def cmd_validate(args) -> int:
         check_output(Path(args.json), "--json", f'"schema": "{SCHEMA}"')
     if args.report:
         check_output(Path(args.report), "--report", REPORT_TITLE)
-    result, tables = validate(Path(args.run_dir), overhead_from)
+    result, tables = validate(Path(args.run_dir), overhead_from, args.shared_page_reads)
     print("\n".join(summary_lines(result)))
     if args.json:
         text = json.dumps(result, indent=2) + "\n"
@@ -574,5 +634,11 @@ def register(sub) -> None:
         "--overhead-from",
         metavar="RUN_DIR",
         help="add the per-step overheads measured on this engine run to the price",
+    )
+    p.add_argument(
+        "--shared-page-reads",
+        choices=["l2", "hbm"],
+        help="price decodes' reads of pages another decode of the step reads (gpu."
+        "shared_page_reads; default: as the run's config says)",
     )
     p.set_defaults(func=cmd_validate)

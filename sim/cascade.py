@@ -19,8 +19,10 @@ every request that hits them).
 
 from __future__ import annotations
 
-from sim.executor import ModelledExecutor, RemoteTransfer
-from sim.latency.base import LatencyModel
+from collections.abc import Sequence as Seq
+
+from sim.executor import DecodePrices, ModelledExecutor, RemoteTransfer
+from sim.latency.base import LatencyModel, StepShape
 from sim.scheduler import BatchItem, Step
 
 # (id of the group's first block table, id of another) -> where they last differed
@@ -52,6 +54,14 @@ def shared_prefix_groups(
 ) -> list[tuple[int, int]]:
     """(group size, shared tokens) of every group of >= 2 decodes sharing leading pages (`memo`:
     kept from step to step by the caller, it only saves time)."""
+    return [(size, tokens) for size, tokens, _ in _groups(items, page_size, memo)]
+
+
+def _groups(
+    items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None
+) -> list[tuple[int, int, bool]]:
+    """(group size, shared tokens, whether the share is held down by a member's last page) of
+    every sharing group."""
     by_first: dict[int, list[list[int]]] = {}
     for seq, _, is_prefill in items:
         if not is_prefill and seq.pages:
@@ -60,15 +70,77 @@ def shared_prefix_groups(
     for tables in by_first.values():
         if len(tables) < 2:
             continue
-        shared = min(len(t) for t in tables)
+        common = min(len(t) for t in tables)
         first = tables[0]
         for t in tables[1:]:
-            shared = common_prefix(first, t, shared, memo)
+            common = common_prefix(first, t, common, memo)
         # Full pages only: the last page of a sequence is still being written.
-        shared = min(shared, min(len(t) for t in tables) - 1)
+        shared = min(common, min(len(t) for t in tables) - 1)
         if shared > 0:
-            groups.append((len(tables), shared * page_size))
+            groups.append((len(tables), shared * page_size, shared < common))
     return groups
+
+
+def shared_reads(
+    items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None = None
+) -> int:
+    """Tokens the step's decodes read that another decode of the step reads too: each group
+    reads its shared prefix once for every member but the first."""
+    return sum((size - 1) * tokens for size, tokens, _ in _groups(items, page_size, memo))
+
+
+def span_shared_reads(
+    items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None
+) -> int | None:
+    """`shared_reads` of the batch and of every decode step it runs on (its decodes append pages
+    of their own only); None when a group's share is held down by a member's last page, which
+    becomes a shared one as that member decodes on."""
+    groups = _groups(items, page_size, memo)
+    if any(capped for *_, capped in groups):
+        return None
+    return sum((size - 1) * tokens for size, tokens, _ in groups)
+
+
+class SharedReadsExecutor(ModelledExecutor):
+    """The modelled executor for the plain paged decode kernel when decodes share pages: a
+    page that several decodes of the step read is priced through L2 after its first read
+    (sim/latency/shared_reads.py), so the step's price depends on its block tables."""
+
+    def __init__(
+        self,
+        latency: LatencyModel,
+        transfer: RemoteTransfer | None,
+        page_size: int,
+        decode_prices: DecodePrices | None = None,
+    ):
+        super().__init__(latency, transfer, decode_prices)
+        self.page_size = page_size
+        self._common: CommonPrefixMemo = {}
+
+    def prices_decode_by_sum(self) -> bool:
+        return False  # shared pages come from the block tables
+
+    def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
+        return self.run_step(node_id, step, now)
+
+    def compute_s(self, step: Step) -> float:
+        shape = step.shape()
+        shape.decode_shared_tokens = shared_reads(step.items, self.page_size, self._common)
+        return self.latency.shape_time_s(shape)
+
+    def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
+        """Prices of the decode span's steps 1, 2, ... after `step` (its decodes' block tables
+        as of step 0): `compute_s` of each, the same floats, with step 0's shared reads."""
+        if self.transfer is not None:
+            return None
+        shared = span_shared_reads(step.items, self.page_size, self._common)
+        if shared is None:
+            return None
+        num_decode = len(step.items)
+        if shared == 0:
+            return self.decode_prices.many(num_decode, ctx_sums)
+        price = self.latency.shape_time_s
+        return [price(StepShape([], [], num_decode, s, shared)) for s in ctx_sums]
 
 
 class CascadeExecutor(ModelledExecutor):
@@ -93,10 +165,13 @@ class CascadeExecutor(ModelledExecutor):
     def compute_s(self, step: Step) -> float:
         groups = shared_prefix_groups(step.items, self.page_size, self._common)
         shape = step.shape()
-        plain_s = self.latency.shape_time_s(shape)
         if not groups:
-            return plain_s
+            return self.latency.shape_time_s(shape)
+        # the plain kernel, its shared pages re-read from L2 (when the model prices that)
+        shape.decode_shared_tokens = shared_reads(step.items, self.page_size, self._common)
+        plain_s = self.latency.shape_time_s(shape)
         size, pairs = prefix_pass(groups)
+        shape.decode_shared_tokens = 0  # the cascade reads each prefix once, tails are unique
         shape.decode_ctx_sum -= pairs
         cascade_s = self.latency.shape_time_s(shape)
         cascade_s += self.latency.cascade_prefix_s(size, round(pairs / size))

@@ -110,6 +110,11 @@ class GpuConfig(Strict):
     mixed_graph_max_tokens: int = Field(default=512, ge=0)
     eager_step_floor_s: float = Field(default=0.0, ge=0)
     step_overhead_source: str = "not measured"
+    # A decode's read of a KV page another decode of the same step reads too (shared prefixes
+    # after hits): "l2", priced from the calibration file's measured `decode_shared_reads` term
+    # (sim/latency/shared_reads.py; the file must have it); "hbm", as a read of a distinct page
+    # (the decode table as measured).
+    shared_page_reads: Literal["l2", "hbm"] = "hbm"
 
 
 class NodeConfig(Strict):

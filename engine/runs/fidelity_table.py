@@ -4,7 +4,7 @@
 
 One row per engine run: validation.json (kernels only: the step price as calibrated) and
 validation_heldout.json (plus the overhead terms measured on the probe run of the same model
-and TP). Numbers are the files' own; nothing is recomputed here.
+and TP), validation_heldout_l2.json (the same with gpu.shared_page_reads: l2). Numbers are the files' own; nothing is recomputed here.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def main() -> None:
     for kind, label in (
         ("validation.json", "kernels only"),
         ("validation_heldout.json", "held out"),
+        ("validation_heldout_l2.json", "held out, shared page reads priced through L2"),
     ):
         print(f"\n{label} ({kind}):\n{HEADER}")
         for path in sorted(RUNS.glob(f"*/{kind}")):

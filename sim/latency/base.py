@@ -15,6 +15,9 @@ class StepPlan:
     prefill_new: np.ndarray  # int64 [num_prefill_chunks]: new prompt tokens computed per chunk
     prefill_ctx: np.ndarray  # int64 [num_prefill_chunks]: tokens already in KV before the chunk
     decode_ctx: np.ndarray  # int64 [num_decode]: context length (tokens in KV) per decode
+    # KV tokens a decode reads that another decode of the step reads too (the same pages after
+    # prefix hits: sim/latency/shared_reads.py); 0 when unknown or none
+    decode_shared_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -30,6 +33,7 @@ class StepShape:
     prefill_ctx: list[int]  # tokens already in KV before each chunk
     num_decode: int
     decode_ctx_sum: int  # sum over decodes of their context length (tokens in KV)
+    decode_shared_tokens: int = 0  # of that sum, tokens another decode of the step also reads
 
 
 class LatencyModel(Protocol):
@@ -117,3 +121,13 @@ class StepOverhead:
         inner = self.inner.decode_steps_s(num_decode, ctx_sums)
         device = inner + self.per_decode_s * num_decode  # no prefill tokens: _with_terms
         return device + self.overhead_s
+
+
+def prices_shared_reads(model: object) -> bool:
+    """Does the model (or the model it wraps) price decodes that read pages another decode of
+    the step reads (`StepShape.decode_shared_tokens`) from a measurement?"""
+    while model is not None:
+        if getattr(model, "shared_reads", None) is not None:
+            return True
+        model = getattr(model, "inner", None)
+    return False

@@ -35,6 +35,7 @@ import numpy as np
 from sim.config import ConfigError
 from sim.latency.base import StepShape
 from sim.latency.roofline import RooflineLatency
+from sim.latency.shared_reads import SharedReads
 
 SCHEMA = "kvsched-calibration/1"
 _REQUIRED_TOP = ("schema", "device", "torch", "triton", "date", "tables")
@@ -229,9 +230,19 @@ class _Grid2:
 class CalibratedLatency:
     """Step time from the measured tables of one (model, tp); see the module docstring."""
 
-    def __init__(self, model: Any, gpu: Any, tp: int, table: dict, allreduce: dict | None = None):
+    def __init__(
+        self,
+        model: Any,
+        gpu: Any,
+        tp: int,
+        table: dict,
+        allreduce: dict | None = None,
+        shared_reads: SharedReads | None = None,
+    ):
         """`allreduce`: the file's `allreduce_nccl` entry for this tp and hidden size (measured
-        through NCCL); without one the all-reduce keeps the roofline's formula."""
+        through NCCL); without one the all-reduce keeps the roofline's formula. `shared_reads`:
+        the file's measured price of decodes reading pages another decode of the step reads
+        (without it a shared page costs what a distinct one does)."""
         validate_table(table)
         want = expected_shapes(model, tp)
         got = {k: int(table["shapes"].get(k, -1)) for k in want}
@@ -248,6 +259,7 @@ class CalibratedLatency:
         self._decode = _Grid2(d["batch"], d["context"], d["ms"])
         self._prefill = _Grid2(p["new_tokens"], p["context"], p["ms"])
         self._roofline = RooflineLatency(model, gpu, tp)
+        self.shared_reads = shared_reads
         c = table.get("cascade_prefix_attn")
         self._cascade = _Grid2(c["group_size"], c["prefix_len"], c["ms"]) if c else None
         if allreduce is not None and tp > 1:
@@ -271,6 +283,7 @@ class CalibratedLatency:
                 np.asarray(plan.prefill_ctx, dtype=np.int64).tolist(),
                 int(dec.size),
                 int(dec.sum()),
+                int(plan.decode_shared_tokens),
             )
         )
 
@@ -312,7 +325,10 @@ class CalibratedLatency:
         layers = self._layers
         decode_attn = 0.0
         if num_decode:
-            mean_ctx = float(shape.decode_ctx_sum) / num_decode
+            ctx_sum: float = shape.decode_ctx_sum
+            if shape.decode_shared_tokens and self.shared_reads is not None:
+                ctx_sum = self.shared_reads.effective_tokens(ctx_sum, shape.decode_shared_tokens)
+            mean_ctx = float(ctx_sum) / num_decode
             decode_attn = layers * self._decode(num_decode, mean_ctx) * 1e-3
         prefill_attn = 0.0
         if new:
@@ -363,7 +379,27 @@ def calibrated_latency_for(
     table = find_table(data, model, tp)
     if table is None:
         return None
-    return CalibratedLatency(model, gpu, tp, table, find_allreduce(data, model, tp))
+    return CalibratedLatency(
+        model,
+        gpu,
+        tp,
+        table,
+        find_allreduce(data, model, tp),
+        _shared_reads(data, gpu, path),
+    )
+
+
+def _shared_reads(data: dict, gpu: Any, path: Path) -> SharedReads | None:
+    """The measured shared-page term when `gpu.shared_page_reads` asks for it."""
+    if getattr(gpu, "shared_page_reads", "hbm") != "l2":
+        return None
+    entry = data.get("decode_shared_reads")
+    if entry is None:
+        raise CalibrationError(
+            f"gpu.shared_page_reads: l2 needs a decode_shared_reads entry in {path.name} "
+            "(engine/runs/fit_shared_reads.py --write); use hbm"
+        )
+    return shared_reads_from(entry)
 
 
 def find_allreduce(data: dict, model: Any, tp: int) -> dict | None:
@@ -373,3 +409,18 @@ def find_allreduce(data: dict, model: Any, tp: int) -> dict | None:
             _axis(entry["tokens"], "allreduce_nccl.tokens")
             return entry
     return None
+
+
+def shared_reads_from(entry: Any) -> SharedReads | None:
+    """The file's `decode_shared_reads` entry, checked (None: the file has none)."""
+    if entry is None:
+        return None
+    try:
+        rho, p = float(entry["rho"]), float(entry["p"])
+    except (TypeError, KeyError, ValueError) as exc:
+        raise CalibrationError(
+            f"decode_shared_reads: needs numbers 'rho' and 'p', got {entry!r}"
+        ) from exc
+    if not (0.0 < rho < 1.0 and p >= 1.0):
+        raise CalibrationError(f"decode_shared_reads: needs 0 < rho < 1 and p >= 1, got {entry!r}")
+    return SharedReads(rho, p)

@@ -74,6 +74,18 @@ def test_overheads_measured_on_the_probe_judged_on_the_workloads(run_dir):
     assert_committed(result, run_dir / "validation_heldout.json")
 
 
+HELD_OUT_L2 = sorted(p.parent for p in RUNS.glob("*/validation_heldout_l2.json"))
+
+
+@pytest.mark.parametrize("run_dir", HELD_OUT_L2, ids=[p.name for p in HELD_OUT_L2])
+def test_held_out_with_shared_page_reads_priced_through_l2(run_dir):
+    """The same, with the measured shared-page term on (gpu.shared_page_reads: l2)."""
+    needs_trace_slice(run_dir)
+    result, _ = validate(run_dir, overhead_from=probe_for(run_dir), shared_page_reads="l2")
+    assert result["shared_page_reads"] == "l2"
+    assert_committed(result, run_dir / "validation_heldout_l2.json")
+
+
 def assert_committed(result: dict, committed: Path) -> None:
     assert committed.is_file(), f"{committed} is not committed"
     for key, value in json.loads(committed.read_text()).items():

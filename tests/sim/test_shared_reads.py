@@ -1,0 +1,131 @@
+"""Decodes that read pages another decode of the step reads: the shares found from the block
+tables, the measured model's shape, a span's prices equal to the step-by-step ones, the fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies import make_policy
+from sim.cascade import SharedReadsExecutor, shared_reads, span_shared_reads
+from sim.cluster import Cluster
+from sim.config import parse_config
+from sim.latency import make_latency_model
+from sim.latency.base import StepShape, prices_shared_reads
+from sim.latency.shared_reads import SharedReads, fit_shared_reads, predicted_ratios
+from sim.scheduler import Step
+from sim.sequence import new_sequence
+from tests.helpers import make_request
+from workloads.registry import make_workload
+
+PAGE = 16
+
+
+def decode(request_id: int, pages: list[int], context: int):
+    seq = new_sequence(make_request(request_id, np.arange(8)), PAGE, 64, 0.0)
+    seq.pages = list(pages)
+    seq.num_computed = context - 1  # Step.shape counts num_computed + 1
+    return (seq, 1, False)
+
+
+def latency(shared_page_reads: str = "l2"):
+    cfg = parse_config({"model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1}})
+    gpu = cfg.gpu.model_copy(update={"shared_page_reads": shared_page_reads})
+    return make_latency_model(cfg.model, gpu, cfg.node.tp)
+
+
+def test_shared_tokens_and_prefix_share_from_block_tables():
+    items = [
+        decode(0, [7, 8, 20], 40),
+        decode(1, [7, 8, 21, 22], 60),
+        decode(2, [7, 8, 30], 35),
+        decode(3, [40, 41], 20),  # alone
+    ]
+    assert shared_reads(items, PAGE) == 2 * 32  # two of the three read 32 shared tokens again
+    assert shared_reads(items[3:], PAGE) == 0
+
+
+def test_model_keeps_the_table_without_sharing_and_falls_towards_rho():
+    model = SharedReads(rho=0.7, p=3.0)
+    assert model.effective_tokens(10_000, 0) == 10_000
+    less = [model.effective_tokens(10_000, s) for s in (1000, 4000, 9000)]
+    assert less[0] > less[1] > less[2] > 10_000 * 0.7 / (1 + 0.7**3) ** (1 / 3)
+
+
+def test_h200_prices_shared_reads_when_asked_and_a_shared_step_costs_less():
+    assert not prices_shared_reads(latency("hbm"))  # the default: as distinct pages
+    lat = latency()
+    assert prices_shared_reads(lat)
+    plain = lat.shape_time_s(StepShape([], [], 32, 32 * 2300))
+    shared = lat.shape_time_s(StepShape([], [], 32, 32 * 2300, 31 * 2048))
+    assert shared < plain
+    assert latency("hbm").shape_time_s(StepShape([], [], 32, 32 * 2300, 31 * 2048)) == plain
+
+
+def grow(items):
+    """One decode step on: every context one token longer, a fresh page where one fills."""
+    for seq, _, _ in items:
+        seq.num_computed += 1
+        if seq.num_computed + 1 > len(seq.pages) * PAGE:
+            seq.pages.append(10_000 + seq.req.request_id * 100 + len(seq.pages))
+
+
+def test_a_span_prices_each_step_as_the_step_by_step_executor_does():
+    lat = latency()
+    shared = list(range(64))  # 1,024 shared tokens
+    items = [decode(i, [*shared, 1000 + i], 1024 + 5 + i) for i in range(24)]
+    items += [decode(100 + i, [500 + 2 * i, 501 + 2 * i], 30) for i in range(8)]  # unshared
+    step = Step(items=items)
+    executor = SharedReadsExecutor(lat, None, PAGE)
+    first = step.shape().decode_ctx_sum + len(items)
+    sums = [first + k * len(items) for k in range(20)]
+    span = executor.decode_span_prices(step, sums)
+    assert span is not None
+    for k in range(20):
+        grow(items)
+        assert Step(items=items).shape().decode_ctx_sum == sums[k]
+        assert span[k] == executor.compute_s(Step(items=items))  # the same floats
+
+
+def test_no_span_while_a_members_last_page_holds_the_share_down():
+    shared = list(range(4))
+    items = [decode(0, shared, 64), decode(1, [*shared, 900], 70)]  # 0: every page shared
+    assert span_shared_reads(items, PAGE, None) is None
+    assert shared_reads(items, PAGE) == 3 * PAGE
+
+
+def test_fit_recovers_the_parameters_it_was_generated_with():
+    def price(batch: int, ctx: float) -> float:  # a launch floor plus bytes
+        return 0.02 + 1e-5 * batch * ctx
+
+    truth = SharedReads(0.6, 4.0)
+    rng = np.random.default_rng(0)
+    points = []
+    for _ in range(60):
+        batch, total = int(rng.integers(8, 128)), int(rng.integers(20_000, 400_000))
+        points.append((batch, total, int(total * rng.uniform(0.05, 0.9)), 0.0))
+    ratios = predicted_ratios(truth, points, price)
+    points = [(*p[:3], float(r)) for p, r in zip(points, ratios, strict=True)]
+    model, errors = fit_shared_reads([(points, price)])
+    assert (model.rho, model.p) == (0.6, 4.0)
+    assert np.abs(errors[0]).max() == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("prefix_cache", "reads", "kind"),
+    [(True, "l2", "SharedReads"), (False, "l2", "Modelled"), (True, "hbm", "Modelled")],
+)
+def test_cluster_prices_shared_reads_with_a_prefix_cache_when_asked(prefix_cache, reads, kind):
+    cfg = parse_config(
+        {
+            "model": "llama-3-8b",
+            "gpu": {"preset": "h200", "shared_page_reads": reads},
+            "node": {"num_gpus": 1, "tp": 1},
+            "cache": {"prefix_cache": prefix_cache},
+            "workload": {"name": "no_sharing", "params": {"num_requests": 2}},
+            "duration_s": 1,
+        }
+    )
+    workload = make_workload("no_sharing", {"num_requests": 2}, np.random.default_rng(0))
+    cluster = Cluster(cfg, workload, np.random.default_rng(1), make_policy)
+    assert type(cluster.nodes[0].executor).__name__ == f"{kind}Executor"
