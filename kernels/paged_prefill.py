@@ -106,8 +106,13 @@ PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
     # through kernels.paged_decode (its own config; these keys are unused). Session 5.
     "decode": dict(_BASE_LAUNCH, num_warps=4),
 }
-# Route one-new-token batches to the decode kernel (work class "decode").
+# Route one-new-token batches to the decode kernel (work class "decode") when they hold at least
+# DECODE_ROUTE_MIN_KEYS keys x KV heads. H200, 2026-11-30 13:55 UTC calibration, one token over c
+# cached ones, ms at 4 / 8 KV heads: c = 32K 0.0546 -> 0.0393 / 0.0648 -> 0.0565, 8K 0.0299 ->
+# 0.0272 / 0.0365 -> 0.0302; but c = 512-4K slower through the decode kernel (4 KV heads, 512:
+# 0.0147 -> 0.0235: one unsplit 512-token program per KV head) and equal at 4K x 8 KV heads.
 DECODE_ROUTE = True
+DECODE_ROUTE_MIN_KEYS = 32768
 _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
 _COMB_COLS = 4  # req, q_start, first_slot, n_splits
 
@@ -590,6 +595,7 @@ def plan_prefill(
         and bool(np.all(q_lens == 1))
         and tokens_per_split is None
         and not set(launch or {}) & set(LAUNCH_KEYS)  # no forced prefill launch knobs
+        and int(seq_lens.sum()) * num_kv_heads >= DECODE_ROUTE_MIN_KEYS
     ):
         work_class = "decode"
     elif causal and tokens_per_split is None and not (launch and "block_m" in launch):

@@ -108,15 +108,20 @@ def test_context_only_decode_like_and_long_context():
 
 
 @pytest.mark.parametrize("sm_scale", [None, 0.3])
-def test_one_token_chunks_take_the_decode_kernel(sm_scale):
+def test_one_token_chunks_take_the_decode_kernel(sm_scale, monkeypatch):
     # Every request brings one new token: the plan's class is "decode" and the launch is the
     # decode kernel's (with its lse), the same function as the prefill reference.
+    import kernels.paged_prefill as pre
     from kernels.paged_prefill import plan_prefill, prepare_prefill
 
     ctx, new = [0, 15, 16, 40 * SCALE], [1, 1, 1, 1]
     g = torch.Generator(device=DEVICE).manual_seed(5)
     q, kv, cu = make_prefill_batch(ctx, new, 2, 8, HEAD_DIM, 16, torch.bfloat16, DEVICE, g, 2)
     lens = [c + n for c, n in zip(ctx, new, strict=True)]
+    # Only from DECODE_ROUTE_MIN_KEYS keys x KV heads on (short contexts: the prefill kernel).
+    assert plan_prefill([1], [9], 2, 8).work_class == "split_small"
+    assert plan_prefill([1], [pre.DECODE_ROUTE_MIN_KEYS // 2], 2, 8).work_class == "decode"
+    monkeypatch.setattr(pre, "DECODE_ROUTE_MIN_KEYS", 1)
     plan = plan_prefill(new, lens, 2, 8, device=DEVICE)
     assert plan.work_class == "decode" and plan.max_seq_len == max(lens)
     assert plan_prefill([1, 2], [9, 9], 2, 8).work_class != "decode"
@@ -222,7 +227,7 @@ def test_plan_carries_its_class_launch_config():
         "tiles": plan_prefill([400], [4096], 8, 8, num_sms=132),  # 13 wide tiles: < 1 per SM
         "split": plan_prefill([16], [32768], 8, 8, num_sms=132),
         "split_small": plan_prefill([2], [32768], 8, 8, num_sms=132),
-        "decode": plan_prefill([1, 1], [32768, 9], 8, 8, num_sms=132),
+        "decode": plan_prefill([1, 1], [32768, 9], 8, 8, num_sms=132),  # >= 32K keys x heads
     }
     if PREFILL_LAUNCH_CONFIGS["tiles_wide"]["block_m"] > 128:
         plans["tiles_wide"] = plan_prefill([4096], [4096], 8, 8, num_sms=132)
