@@ -5,7 +5,9 @@ The cache (sim/kv/paged_cache.py) owns the pages, skips the protected zone, and 
 scores. Stats are vectors over pages (sim/kv/views.PageStats), so a policy scores a whole
 eviction round in one numpy expression. A policy may also give `priority_floor` (a lower bound of
 its priority at any time, page by page; sim/kv/paged_cache.FlooredEviction): the cache then scores
-only the pages whose floor is low enough to matter, with the same victims.
+only the pages whose floor is low enough to matter, with the same victims. `lowest_later` bounds
+how far time can lower a priority (sim/kv/shortlist.DriftBoundedEviction): the cache then scores
+most rounds over a shortlist carried from the last one, with the same victims.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class LRU:
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         return stats.last_access_s[pages]
 
+    def lowest_later(self, priority: float, floor: float, elapsed_s: float) -> float:
+        """Time alone never changes it."""
+        return priority
+
 
 class LFU:
     """Least frequently used first (requests that used the page since it was cached)."""
@@ -43,6 +49,10 @@ class LFU:
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         return stats.hit_count[pages].astype(np.float64)
 
+    def lowest_later(self, priority: float, floor: float, elapsed_s: float) -> float:
+        """Time alone never changes it."""
+        return priority
+
 
 class FIFO:
     """Oldest cached first, however often it is used."""
@@ -54,6 +64,10 @@ class FIFO:
 
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         return stats.created_s[pages]
+
+    def lowest_later(self, priority: float, floor: float, elapsed_s: float) -> float:
+        """Time alone never changes it."""
+        return priority
 
 
 class ScoredParams(BaseModel):
@@ -82,6 +96,13 @@ class Scored:
         np.exp2(score, out=score)  # decay
         np.multiply(stats.hit_count[pages], score, out=score)
         return np.add(score, self.priority_floor(stats, pages), out=score)
+
+    def lowest_later(self, priority: float, floor: float, elapsed_s: float) -> float:
+        """Only the frequency term decays, by 0.5^(elapsed_s / half_life_s) at most: a page
+        now at p >= priority with floor f >= floor is later >= f + (p - f) x decay, which is
+        >= floor + (priority - floor) x decay."""
+        decay = 2.0 ** (-max(0.0, elapsed_s) / self.p.half_life_s)
+        return floor + (priority - floor) * decay
 
     def priority_floor(self, stats: PageStats, pages: np.ndarray) -> np.ndarray:
         """The length term alone (the frequency term is >= 0): a lower bound at any time, and the

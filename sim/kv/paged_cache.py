@@ -7,7 +7,8 @@ the admission policy's call. The cache adds two guards of its own: pages in the 
 readers may still run is not evicted (it could not be reused yet anyway). Evicting a page unindexes
 its indexed descendants too: no prefix walk can reach them any more. A policy that also gives a
 floor under its priorities (`FlooredEviction`) lets a round score only the pages whose floor
-leaves them a chance (the same victims, in the same order).
+leaves them a chance, and one that bounds how time lowers them (sim/kv/shortlist.py) lets most
+rounds score only a shortlist carried from the last (the same victims, in the same order).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sim.kv.page_pool import CACHED, PagePool
 from sim.kv.prefix_index import TwoLevelIndex
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.radix_index import RadixIndex
+from sim.kv.shortlist import DriftBoundedEviction, Shortlist, below, distinct
 from sim.kv.views import PageStats, Segment
 
 
@@ -77,6 +79,9 @@ class PagedKVCache:
             eviction.priority_floor if isinstance(eviction, FlooredEviction) else None
         )
         self._last_bound = -np.inf  # the last screen's bound on the k-th priority (a hint)
+        self._shortlist = (
+            Shortlist(eviction) if isinstance(eviction, DriftBoundedEviction) else None
+        )
         self.admission = admission
         self.eviction_batch_pages = eviction_batch_pages
         self.protected = protected
@@ -201,7 +206,7 @@ class PagedKVCache:
     def takeable_pages(self, now: float) -> int:
         """Pages an allocation could get now: free, plus the cached pages it may evict now (not
         the protected zone, not pages a reader of the race window may still hold)."""
-        return self.pool.num_free + int(self._candidates(now).size)
+        return self.pool.num_free + int(self._candidates(now, self.protected_pages()).size)
 
     def available_pages(self) -> int:
         return self.pool.num_free + self.pool.num_cached
@@ -227,7 +232,9 @@ class PagedKVCache:
         if last_read_s > -np.inf:  # LRU order = when pages were last used, as vLLM frees tail first
             arr = np.asarray(pages, dtype=np.int64)
             self.stats.last_access_s[arr] = np.maximum(self.stats.last_access_s[arr], last_read_s)
-        self.pool.unref_many(pages, self.index.indexed, last_read_s)
+        zero = self.pool.unref_many(pages, self.index.indexed, last_read_s)
+        if self._shortlist is not None:
+            self._shortlist.on_cached(zero)
 
     def end_epoch(self, now: float) -> int:
         return self.pool.end_epoch(now)
@@ -261,12 +268,11 @@ class PagedKVCache:
         return self.index.overhead_bytes()
 
     # -- eviction ----------------------------------------------------------------------------
-    def _candidates(self, now: float) -> np.ndarray:
+    def _candidates(self, now: float, zone: np.ndarray) -> np.ndarray:
         """Evictable pages, ascending: cached, outside the protected zone, no reader left (epoch).
         One mask over the pool (no gathers): the same pages as filtering the cached ones."""
         pool = self.pool
         evictable = pool.state == CACHED
-        zone = self.protected_pages()
         if zone.size:
             evictable[zone] = False
         if pool.epoch_reclaim:
@@ -275,29 +281,118 @@ class PagedKVCache:
                 evictable &= pool.release_epoch <= last_exited
         return np.flatnonzero(evictable)
 
+    def _evictable(
+        self, pages: np.ndarray, zone: np.ndarray, now: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """bool per page: evictable now (as `_candidates` says), and cached but a reader may
+        still hold it (epoch)."""
+        pool = self.pool
+        cached = pool.state[pages] == CACHED
+        if zone.size:
+            cached &= ~np.isin(pages, zone)
+        if pool.epoch_reclaim:
+            last_exited = pool.epochs.last_exited(now)
+            if last_exited < pool.epochs.epoch:
+                safe = pool.release_epoch[pages] <= last_exited
+                return cached & safe, cached & ~safe
+        return cached, np.zeros(pages.size, dtype=bool)
+
+    def _cached_unsafe(self, now: float) -> np.ndarray:
+        """Cached pages a reader of the race window may still hold (epoch reclamation)."""
+        pool = self.pool
+        if pool.epoch_reclaim:
+            last_exited = pool.epochs.last_exited(now)
+            if last_exited < pool.epochs.epoch:
+                return np.flatnonzero((pool.state == CACHED) & (pool.release_epoch > last_exited))
+        return np.zeros(0, dtype=np.int64)
+
     def _evict(self, need: int, now: float) -> None:
         """Free at least `need` pages (and the batch minimum) by the policy's priority order."""
         target = max(need, min(self.eviction_batch_pages, self.pool.num_cached))
         freed = 0
         while freed < target:
-            candidates = self._candidates(now)
-            if candidates.size == 0:
+            victims = self._shortlisted_victims(target - freed, now)
+            if victims is None:
+                victims = self._ranked_victims(target - freed, now)
+            if victims.size == 0:
                 return
-            k = min(candidates.size, target - freed)
-            priority = None
-            if k < candidates.size and self._floor is not None:
-                candidates, priority = self._screen(candidates, k, now)
-            if priority is None:
-                priority = self._priority(candidates, now)
-            if k < candidates.size:  # the k lowest, plus every page tied with the k-th
-                keep = priority <= np.partition(priority, k - 1)[k - 1]
-                candidates, priority = candidates[keep], priority[keep]
-            # Lowest priority first; ties: deeper (tail) pages first, then lower page id.
-            order = np.lexsort((candidates, -self.index.depth[candidates], priority))[:k]
-            got = self._evict_pages(candidates[order], now)
+            got = self._evict_pages(victims, now)
             if got == 0:
                 return
             freed += got
+
+    def _ranked_victims(self, want: int, now: float) -> np.ndarray:
+        """A full round: the `want` lowest of every evictable page (fewer if there are fewer).
+        With a shortlist, the `reserve` next lowest are ranked too and kept for the next rounds."""
+        zone = self.protected_pages()
+        candidates = self._candidates(now, zone)
+        k = min(candidates.size, want)
+        if k == 0:
+            return candidates
+        shortlist = self._shortlist
+        m = k if shortlist is None else min(candidates.size, k + shortlist.reserve)
+        pages, priority = self._lowest(candidates, m, now)
+        if shortlist is not None:
+            bound, floor = np.inf, np.inf
+            if pages.size < candidates.size:
+                bound = float(priority.max())
+                outside = np.ones(self.pool.num_pages, dtype=bool)
+                outside[pages] = False
+                floor = self._lowest_floor(candidates[outside[candidates]])
+            shortlist.restart(pages, priority, bound, floor, now, self._cached_unsafe(now), zone)
+        return self._pick(pages, priority, k)
+
+    def _lowest_floor(self, pages: np.ndarray) -> float:
+        """The lowest priority floor among these pages (-inf: the policy gives none)."""
+        if self._floor is None:
+            return -np.inf
+        return float(np.asarray(self._floor(self.stats, pages), dtype=np.float64).min())
+
+    def _shortlisted_victims(self, want: int, now: float) -> np.ndarray | None:
+        """The `want` lowest evictable pages from the shortlist, when it is sure to hold them
+        (None: a full round must decide)."""
+        shortlist = self._shortlist
+        if shortlist is None or shortlist.pages is None:
+            return None
+        zone = self.protected_pages()
+        pages = shortlist.to_score(zone)
+        priority = self._priority(pages, now)  # a page's own statistics: repeats score alike
+        bound = shortlist.bound_at(now)
+        stay = priority < bound  # the others stay out, as the pages left out did ...
+        if self._floor is not None:  # ... if their floors are as high
+            stay |= np.asarray(self._floor(self.stats, pages)) < shortlist.floor
+        pages, priority = distinct(pages[stay], priority[stay])
+        evictable, unsafe = self._evictable(pages, zone, now)
+        waiting = pages[unsafe]
+        pages, priority = pages[evictable], priority[evictable]
+        if pages.size < want or not np.partition(priority, want - 1)[want - 1] < below(bound):
+            shortlist.pages = None
+            return None
+        shortlist.keep(pages, waiting)
+        return self._pick(pages, priority, want)
+
+    def _lowest(self, candidates: np.ndarray, m: int, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates among the m lowest priorities, with every page tied with the m-th,
+        and their priorities."""
+        priority = None
+        if m < candidates.size and self._floor is not None:
+            candidates, priority = self._screen(candidates, m, now)
+        if priority is None:
+            priority = self._priority(candidates, now)
+        if m < candidates.size:  # the m lowest, plus every page tied with the m-th
+            keep = priority <= np.partition(priority, m - 1)[m - 1]
+            candidates, priority = candidates[keep], priority[keep]
+        return candidates, priority
+
+    def _pick(self, pages: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
+        """The k lowest of these pages (which hold the k lowest evictable ones and every page
+        tied with the k-th), lowest priority first; ties: deeper (tail) pages first, then lower
+        page id."""
+        if k < pages.size:
+            keep = priority <= np.partition(priority, k - 1)[k - 1]
+            pages, priority = pages[keep], priority[keep]
+        order = np.lexsort((pages, -self.index.depth[pages], priority))[:k]
+        return pages[order]
 
     def _priority(self, pages: np.ndarray, now: float) -> np.ndarray:
         return np.asarray(self.eviction.priority(self.stats, pages, now), dtype=np.float64)

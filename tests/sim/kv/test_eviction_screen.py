@@ -73,7 +73,7 @@ def test_screened_rounds_evict_what_the_full_ranking_evicts(
     screened = make(num_pages, params, batch, zone, epoch)
     full = make(num_pages, params, batch, zone, epoch)
     assert isinstance(screened.eviction, FlooredEviction)
-    full._floor = None  # the reference: every candidate ranked
+    full._floor, full._shortlist = None, None  # the reference: every candidate ranked
     assert replay(screened, seed, 40) == replay(full, seed, 40)
     assert screened.num_evicted_pages == full.num_evicted_pages
     assert (screened.evicted_by_depth == full.evicted_by_depth).all()

@@ -1,0 +1,115 @@
+"""Eviction rounds that score only the shortlist carried from the last round evict the same pages,
+in the same order, as ranking every candidate each round (hypothesis: every built-in policy,
+random prefix trees, hits, idles, batch sizes, protected zone, epochs with a race window)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.admission import Always, NoParams
+from policies.eviction import FIFO, LFU, LRU, Scored, ScoredParams
+from sim.kv.hashing import page_keys
+from sim.kv.paged_cache import PagedKVCache
+from sim.kv.protected_zone import ProtectedZone
+
+PAGE = 4
+POLICIES = {
+    "lru": lambda: LRU(NoParams()),
+    "lfu": lambda: LFU(NoParams()),
+    "fifo": lambda: FIFO(NoParams()),
+    "scored": lambda: Scored(ScoredParams(half_life_s=5.0, length_weight=0.5)),
+    "scored_flat": lambda: Scored(ScoredParams(half_life_s=0.5, length_weight=0.0)),
+}
+
+
+def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, reserve: int):
+    cache = PagedKVCache(
+        num_pages,
+        PAGE,
+        PAGE * 100,
+        eviction=POLICIES[policy](),
+        admission=Always(NoParams()),
+        eviction_batch_pages=batch,
+        epoch_reclaim=race_s >= 0,
+        race_window_s=max(race_s, 0.0),
+        protected=ProtectedZone(num_pages, 0.5, 4, num_pages // 4) if zone else None,
+    )
+    if cache._shortlist is not None:
+        cache._shortlist.reserve = reserve
+    return cache
+
+
+def replay(c: PagedKVCache, seed: int, steps: int) -> list[list[int] | None]:
+    """Random requests over a few shared prefixes, some still running while others allocate;
+    returns the pages each allocation got."""
+    rng = np.random.default_rng(seed)
+    heads = [rng.integers(0, 50, size=PAGE * int(rng.integers(1, 6))) for _ in range(3)]
+    got: list[list[int] | None] = []
+    running: list[list[int]] = []
+    now = 0.0
+    for _ in range(steps):
+        now += float(rng.choice([0.0, 0.01, 0.5, 7.0, 90.0]))  # ties in time, and long idles
+        tail = rng.integers(0, 50, size=PAGE * int(rng.integers(0, 8)) + int(rng.integers(0, 3)))
+        tokens = np.concatenate([heads[int(rng.integers(0, 3))], tail]).astype(np.int32)
+        if tokens.size >= 2:
+            keys = page_keys(tokens, PAGE)
+            match = c.match_prefix(keys, tokens, now)
+            need = -(-tokens.size // PAGE) - len(match.pages)
+            pages = c.allocate(need, now)
+            got.append(pages)
+            if pages is None:
+                c.release(list(match.pages), now)
+            else:
+                pages = list(match.pages) + pages
+                c.store_pages(pages, keys, tokens, len(match.pages), tokens.size // PAGE, now)
+                running.append(pages)
+        c.end_epoch(now)
+        while running and (len(running) > 3 or rng.random() < 0.5):
+            c.release(running.pop(int(rng.integers(0, len(running)))), now)
+    return got
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(sorted(POLICIES)),
+    st.integers(0, 2**32 - 1),
+    st.integers(12, 60),
+    st.sampled_from([1, 3, 8]),
+    st.booleans(),
+    st.sampled_from([-1.0, 0.0, 0.3]),
+    st.sampled_from([1, 4, 16]),
+)
+def test_shortlisted_rounds_evict_what_the_full_ranking_evicts(
+    policy, seed, num_pages, batch, zone, race_s, reserve
+):
+    shortlisted = make(policy, num_pages, batch, zone, race_s, reserve)
+    full = make(policy, num_pages, batch, zone, race_s, reserve)
+    assert shortlisted._shortlist is not None
+    full._shortlist = None  # the reference: every candidate ranked every round
+    assert replay(shortlisted, seed, 60) == replay(full, seed, 60)
+    assert shortlisted.num_evicted_pages == full.num_evicted_pages
+    assert (shortlisted.evicted_by_depth == full.evicted_by_depth).all()
+    assert (shortlisted.pool.free_pages() == full.pool.free_pages()).all()
+    assert (shortlisted.index.indexed == full.index.indexed).all()
+
+
+def test_most_rounds_score_the_shortlist_only():
+    cache = make("scored", 40, 3, False, 0.0, 16)
+    rounds = {"full": 0, "shortlisted": 0}
+    ranked, shortlisted = cache._ranked_victims, cache._shortlisted_victims
+
+    def count_ranked(want, now):
+        rounds["full"] += 1
+        return ranked(want, now)
+
+    def count_shortlisted(want, now):
+        victims = shortlisted(want, now)
+        rounds["shortlisted"] += victims is not None
+        return victims
+
+    cache._ranked_victims = count_ranked  # type: ignore[method-assign]
+    cache._shortlisted_victims = count_shortlisted  # type: ignore[method-assign]
+    replay(cache, 3, 200)
+    assert rounds["shortlisted"] > rounds["full"] > 0
