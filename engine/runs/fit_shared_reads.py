@@ -26,12 +26,15 @@ from sim.latency.shared_reads import SharedPoint, fit_shared_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = "engine/runs/logs/2026-11-30_decode_shared_graph/"
-# tails of 128-384 tokens (5 prefixes x 6 batches), 1-2K, 2-4K and 6-10K (3-4 prefixes x 4-5 batches)
+# tails of 128-384 tokens (5 prefixes x 6 batches), 1-2K, 2-4K and 6-10K (3-4 prefixes x 4-5
+# batches): the decode kernel of 13:30 UTC
 TABLES = [
     LOGS + "decode_shared_pages_table.json",
     LOGS + "decode_shared_pages_tails_1024_2048.json",
     LOGS + "decode_shared_pages_long_tails.json",
     LOGS + "decode_shared_pages_tails_6144_10240.json",
+    # the same short tails again on the session-5 decode kernel (fused split combine), 3 prefixes
+    "engine/runs/logs/2026-11-30_run4/tables/decode_shared_pages_table.json",
 ]
 CALIBRATION = "kernels/calibration/h200.json"
 # engine/check.py SHARED_SHARDS: the shard's name -> the calibration table it is priced from
