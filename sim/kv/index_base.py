@@ -14,16 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ROOT = -1
+from sim.kv.prefix_depth import ROOT, PrefixDepths
+
 # Modelled bytes an engine would hold per indexed page, besides its token copy (4 bytes a token):
 # tree links (parent id 8 + depth 8) and eviction statistics (last access, created, hit count:
 # 8 each). The lookup structure's slot is added by each implementation.
 LINK_AND_STATS_BYTES = 16 + 24
 BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 page id per page per running request
-# Chain tails whose ancestor paths _link remembers: a request indexing its generated pages
-# extends its own chain a page at a time, and each extension raises every ancestor's
-# prefix_pages; with the path at hand that is one vectorised update instead of a walk.
-PATH_MEMO_TAILS = 64
 
 
 @dataclass(slots=True)
@@ -37,7 +34,7 @@ class IndexBase(ABC):
     token_copy = True  # does the index keep a copy of each page's token ids?
     slot_bytes = 16  # lookup structure's bytes per page (hash or child-map slot: key + pointer)
 
-    def __init__(self, num_pages: int, page_size: int):
+    def __init__(self, num_pages: int, page_size: int, lazy_raises: bool = True):
         self.page_size = page_size
         self.num_indexed = 0
         self.page_key = np.zeros(num_pages, dtype=np.uint64)  # chained hash, for the routing table
@@ -45,16 +42,19 @@ class IndexBase(ABC):
         self.depth = np.zeros(num_pages, dtype=np.int64)  # 1-based page position in its prefix
         self.indexed = np.zeros(num_pages, dtype=bool)
         self.num_children = np.zeros(num_pages, dtype=np.int32)  # indexed children
-        # Pages of the longest prefix ever indexed through this page: never smaller than a
-        # descendant's, so "longer prefix" scores never favour a tail over its own head.
-        self.prefix_pages = np.zeros(num_pages, dtype=np.int64)
-        # chain tail -> (links version, its ancestors, parent first); the path is trusted as is
-        # while no parent link of an indexed page has changed since (the version is the same)
-        self._paths: dict[int, tuple[int, np.ndarray]] = {}
-        self._links_version = 0
+        # lazy_raises: chains hang only under pages their request holds (see prefix_depth.py)
+        self.prefix = PrefixDepths(self.parent, self.depth, lazy_raises)
 
     def __len__(self) -> int:
         return self.num_indexed
+
+    @property
+    def prefix_pages(self) -> np.ndarray:
+        """int64 [num_pages]: pages of the longest prefix ever indexed through each page (the
+        deepest depth linked below it): never smaller than a descendant's, so "longer prefix"
+        scores never favour a tail over its own head. Every waiting raise is applied first."""
+        self.prefix.settle()
+        return self.prefix.values
 
     @property
     def entry_bytes(self) -> int:
@@ -85,6 +85,7 @@ class IndexBase(ABC):
 
     def remove(self, page: int) -> np.ndarray:
         """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
+        self.prefix.unlinking()
         children = self.children(page)
         self._forget(np.array([page], dtype=np.int64))
         self._unlink(page)
@@ -92,10 +93,11 @@ class IndexBase(ABC):
 
     def remove_many(self, pages: np.ndarray) -> None:
         """Unindex a set of pages holding every indexed child of its members (vectorised)."""
+        self.prefix.removing(pages)
         self._forget(pages)
-        self._links_version += 1
         parents = self.parent[pages]
         self.indexed[pages] = False
+        self.prefix.removed(self.indexed)
         outer = parents[parents != ROOT]
         np.subtract.at(
             self.num_children, outer[self.indexed[outer]], 1
@@ -126,8 +128,8 @@ class IndexBase(ABC):
             self._link_one(pages[0], keys[0], parent)
             return
         arr = np.array(pages, dtype=np.int64)
-        if self.indexed[arr].any():  # a linked page changes its parent: remembered paths may go
-            self._links_version += 1
+        if self.indexed[arr].any():  # a linked page changes its parent
+            self.prefix.relinking()
         self.page_key[arr] = keys
         self.parent[arr[1:]] = arr[:-1]
         self.parent[arr[0]] = parent
@@ -136,62 +138,28 @@ class IndexBase(ABC):
         self.indexed[arr] = True
         self.num_children[arr[:-1]] += 1
         self.num_children[arr[-1]] = 0
-        deepest = base + count
-        self.prefix_pages[arr] = deepest
         if parent != ROOT:
             self.num_children[parent] += 1
-        path = self._ancestors(parent)  # parent, its parent, ... up to a first page
-        low = self.prefix_pages[path] < deepest  # raised until the first already as deep
-        self.prefix_pages[path[: path.size if low.all() else int(np.argmin(low))]] = deepest
-        self._remember(pages[-1], np.concatenate((arr[-2::-1], path)))
+        self.prefix.linked(pages, parent, base + count)
         self.num_indexed += count
 
     def _link_one(self, page: int, key: int, parent: int) -> None:
         """`_link` of one page, with scalar writes (the same values)."""
         if self.indexed[page]:
-            self._links_version += 1
+            self.prefix.relinking()
         self.page_key[page] = key
         self.parent[page] = parent
         deepest = 1 if parent == ROOT else int(self.depth[parent]) + 1
         self.depth[page] = deepest
         self.indexed[page] = True
         self.num_children[page] = 0
-        self.prefix_pages[page] = deepest
         if parent != ROOT:
             self.num_children[parent] += 1
-        path = self._ancestors(parent)
-        low = self.prefix_pages[path] < deepest
-        self.prefix_pages[path[: path.size if low.all() else int(np.argmin(low))]] = deepest
-        self._remember(page, path)
+        self.prefix.linked([page], parent, deepest)
         self.num_indexed += 1
-
-    def _remember(self, tail: int, ancestors: np.ndarray) -> None:
-        self._paths[tail] = (self._links_version, ancestors)
-        if len(self._paths) > PATH_MEMO_TAILS:
-            del self._paths[next(iter(self._paths))]  # the oldest
-
-    def _ancestors(self, page: int) -> np.ndarray:
-        """int64: `page` and its ancestors by the parent links, up to one whose parent is ROOT
-        (empty for ROOT). A remembered path is used only if the links still agree with it."""
-        if page == ROOT:
-            return np.zeros(0, dtype=np.int64)
-        memo = self._paths.pop(page, None)
-        if memo is not None:
-            version, ancestors = memo
-            path = np.concatenate(([page], ancestors))
-            if version == self._links_version:
-                return path  # no link changed since it was remembered
-            if (self.parent[path[:-1]] == path[1:]).all() and self.parent[path[-1]] == ROOT:
-                return path
-        path_list = []
-        while page != ROOT:
-            path_list.append(page)
-            page = int(self.parent[page])
-        return np.array(path_list, dtype=np.int64)
 
     def _unlink(self, page: int) -> None:
         assert self.indexed[page]
-        self._links_version += 1
         self.indexed[page] = False
         parent = int(self.parent[page])
         if parent != ROOT and self.indexed[parent]:  # a dragged subtree unlinks its head first

@@ -233,6 +233,7 @@ class PagedKVCache:
             arr = np.asarray(pages, dtype=np.int64)
             self.stats.last_access_s[arr] = np.maximum(self.stats.last_access_s[arr], last_read_s)
         zero = self.pool.unref_many(pages, self.index.indexed, last_read_s)
+        self.index.prefix.on_released(pages, zero)  # a round may score them now
         if self._shortlist is not None:
             self._shortlist.on_cached(zero)
 
@@ -326,6 +327,7 @@ class PagedKVCache:
         With a shortlist, the `reserve` next lowest are ranked too and kept for the next rounds."""
         zone = self.protected_pages()
         candidates = self._candidates(now, zone)
+        self.index.prefix.settle_any(candidates)  # prefix_pages as the policy must read them
         k = min(candidates.size, want)
         if k == 0:
             return candidates
@@ -356,15 +358,19 @@ class PagedKVCache:
             return None
         zone = self.protected_pages()
         pages = shortlist.to_score(zone)
+        evictable, unsafe = self._evictable(pages, zone, now)
+        cached = evictable | unsafe  # the others join again when released
+        pages, evictable = pages[cached], evictable[cached]
+        self.index.prefix.settle_any(pages)  # prefix_pages as the policy must read them
         priority = self._priority(pages, now)  # a page's own statistics: repeats score alike
         bound = shortlist.bound_at(now)
         stay = priority < bound  # the others stay out, as the pages left out did ...
         if self._floor is not None:  # ... if their floors are as high
             stay |= np.asarray(self._floor(self.stats, pages)) < shortlist.floor
-        pages, priority = distinct(pages[stay], priority[stay])
-        evictable, unsafe = self._evictable(pages, zone, now)
-        waiting = pages[unsafe]
-        pages, priority = pages[evictable], priority[evictable]
+        keep = np.flatnonzero(stay)[distinct(pages[stay])]
+        waiting = pages[keep[~evictable[keep]]]
+        keep = keep[evictable[keep]]
+        pages, priority = pages[keep], priority[keep]
         if pages.size < want or not np.partition(priority, want - 1)[want - 1] < below(bound):
             shortlist.pages = None
             return None

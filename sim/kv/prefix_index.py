@@ -24,7 +24,9 @@ from sim.kv.index_base import ROOT, IndexBase, Match
 
 class TwoLevelIndex(IndexBase):
     def __init__(self, num_pages: int, page_size: int, verify_tokens: bool = True):
-        super().__init__(num_pages, page_size)
+        # hash_only hangs a chain under a key's holder, a page its request may not hold: its
+        # prefix_pages raises are applied at once (sim/kv/prefix_depth.py)
+        super().__init__(num_pages, page_size, lazy_raises=verify_tokens)
         self.verify_tokens = verify_tokens
         # hash_only keeps no token ids (modelled bytes); the simulator still fills token_table as
         # ground truth, to count wrong reuse.

@@ -100,15 +100,15 @@ class Shortlist:
         self.pages, self._waiting = pages, waiting
 
 
-def distinct(pages: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct pages, ascending, with their values (a page's repeats carry the same one).
-    A sort: np.unique's hash table costs more on a few thousand ids."""
+def distinct(pages: np.ndarray) -> np.ndarray:
+    """Positions of the distinct pages (the first of each), ascending by page. A sort:
+    np.unique's hash table costs more on a few thousand ids."""
     order = np.argsort(pages, kind="stable")
-    pages, values = pages[order], values[order]
+    sorted_pages = pages[order]
     first = np.empty(pages.size, dtype=bool)
     first[:1] = True
-    np.not_equal(pages[1:], pages[:-1], out=first[1:])
-    return pages[first], values[first]
+    np.not_equal(sorted_pages[1:], sorted_pages[:-1], out=first[1:])
+    return order[first]
 
 
 def below(bound: float) -> float:
