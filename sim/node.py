@@ -96,6 +96,7 @@ class Node:
         self._span_prices: list[float] = []
         self._span_times: list[float] = []
         self._span_first_sum = 0  # decode context sum of step 1
+        self._span_keys: set[int] | None = None  # page keys the span indexes (when asked)
         if self._span_ok:
             env.syncs.append(self._sync)  # type: ignore[attr-defined]
         start = env.event()  # the first pass runs as a new process's would (urgent, at once)
@@ -145,10 +146,18 @@ class Node:
         """kv.used_tokens(), likewise."""
         return self.scheduler.kv.used_tokens() + self._span_tokens()
 
-    def sync_index(self) -> None:
+    def sync_index(self, keys: set[int]) -> None:
         """Index the pages a span's ended steps filled (and tell the cache's listeners, the
-        routing table): what a reader of the index or the table sees step by step now."""
-        if self._span_applied <= self._span_index:
+        routing table) if any of them has one of these page keys: a reader of the table's
+        entries for `keys` then sees what it would see step by step now."""
+        if self._span_applied > self._span_index:
+            return
+        stored = self._span_keys
+        if stored is None:  # the keys of every page the span indexes (from its first step)
+            stored = self._span_keys = self.scheduler.span_store_keys(
+                self._batch_seqs, self._span_index + self._span_left + 1
+            )
+        if not stored.isdisjoint(keys):
             self._sync()
 
     def _span_tokens(self) -> int:
@@ -295,6 +304,7 @@ class Node:
         if prices is None:
             return False
         self._span_prices = prices
+        self._span_keys = None
         self._span_times = [now]
         self._span_first_sum = first
         self._span = True

@@ -68,8 +68,9 @@ class Router:
         """Every node as the policy sees it; the cached prefix only for policies that ask for it."""
         matched = None
         if self.needs_prefix_match:
-            for node in self.nodes:  # pages a decode span filled are in the table step by step
-                node.sync_index()
+            wanted = set(keys.tolist())  # the table entries read: pages decode spans filled
+            for node in self.nodes:  # with these keys are in the table, as step by step
+                node.sync_index(wanted)
             matched = self.table.matched_pages(keys).tolist()
         page_size, capacity, new = self.page_size, self.kv_capacity_tokens, tuple.__new__
         out = []

@@ -264,6 +264,10 @@ class Scheduler:
         yet): what the KV's free and used tokens move by when they are (`repeat_decodes`)."""
         return self.kv.span_tokens(seqs, pairs)  # type: ignore[attr-defined]
 
+    def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
+        """Page keys the next `pairs` repeats of a span index (not applied yet)."""
+        return self.kv.span_store_keys(seqs, pairs)  # type: ignore[attr-defined]
+
     def repeat_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
         """`repeat_decode(seqs, now)` at each of these times, in order, for a run `decode_span`
         allowed: the same end state."""

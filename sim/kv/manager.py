@@ -187,6 +187,20 @@ class PagedKV:
                 pages += new
         return pages * size
 
+    def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
+        """Page keys the next `pairs` (apply, plan again) pairs of a run `decode_span` allowed
+        index (the requests as last applied): the only routing-table entries they touch."""
+        if not self.cache.prefix_cache:
+            return set()
+        size, keys = self.page_size, set()
+        for seq in seqs:
+            c = seq.num_computed + pairs
+            full = (c if self.cache_outputs else min(c, seq.prompt_tokens)) // size
+            if seq.cacheable and full > seq.stored_pages:
+                page_keys = self._keys_and_tokens(seq, full)[0]
+                keys.update(page_keys[seq.stored_pages : full].tolist())
+        return keys
+
     def decode_span(self, seqs: list[Sequence], limit: int) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch, starting
         with the step in flight, take their new pages from the free list with nothing retired to
@@ -432,6 +446,10 @@ class ContiguousKV:
     def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
         """Reservations hold a span's tokens already: free and used tokens do not move."""
         return 0
+
+    def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
+        """No prefix index: a span indexes nothing."""
+        return set()
 
     def decode_span(self, seqs: list[Sequence], limit: int) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch fit in

@@ -26,9 +26,9 @@ STUDIES = sorted(
     p for p in (ROOT / "studies").glob("*.yaml") if not p.name.startswith(("sweep_", "tune_"))
 )
 SHORT_S = 20.0  # simulated seconds per study, as scripts/study_hashes.py
-TIMES = ["arrival_s", "first_token_s", "finish_s", "routed_s"]
+TIMES = ["arrival_s", "first_token_s", "finish_s", "routed_s", "scheduled_s"]
 EXACT = ["request_id", "node", "prompt_tokens", "cached_tokens", "output_tokens", "preemptions"]
-EXACT += ["false_hits", "wrong_reuse_tokens", "status", "use_after_free"]
+EXACT += ["false_hits", "wrong_reuse_tokens", "status", "use_after_free", "queued_step"]
 
 
 def run_both(raw: dict, arm: str) -> tuple:

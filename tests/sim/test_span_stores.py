@@ -1,9 +1,10 @@
 """Decode spans that fill pages the prefix index stores (sim/node.py, PagedKV.advance_decodes):
 the default driver indexes them when the span is brought up to date, at their own step's end
 time and in their own order. Whoever looks at a node's cache (through `node.kv`) or at the
-routing table (the router, through `Node.sync_index`) sees what the step-by-step reference
-holds at that moment: the index, its eviction statistics, the pool and the table are compared
-both ways at probe times through the run, and the requests at its end."""
+routing table's entries for a prompt's pages (the router, through `Node.sync_index`) sees what
+the step-by-step reference holds at that moment: the index, its eviction statistics, the pool
+and the table are compared both ways at probe times through the run, the table's entries at
+every read, and the requests at the end."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from kvsched.experiment import resolve_arms
 from policies import make_policy
 from sim.cluster import Cluster
 from sim.config import ConfigError
+from sim.node import Node
 from workloads.registry import make_workload
 
 PROBE_S = 0.0731  # a probe's period: off the step grid, so probes land inside spans
 SEQ_FIELDS = ("node", "status", "num_computed", "num_generated", "cached_tokens", "preemptions")
 SEQ_FIELDS += ("first_token_s", "finish_s", "stored_pages", "use_after_free", "false_hits")
+SEQ_FIELDS += ("queued_step", "scheduled_s")
 
 
 def cache_digest(cluster: Cluster) -> str:
@@ -52,8 +55,9 @@ def run_probed(
     digests: list[str] = []
     table, matched_pages = cluster.table, cluster.table.matched_pages
 
-    def read_table(keys):  # the router read the table: as step by step?
-        digests.append(repr(sorted(table.key_to_nodes.items())))
+    def read_table(keys):  # the router reads the table's entries for these keys
+        holders = table.key_to_nodes.get
+        digests.append(repr([holders(key, 0) for key in keys.tolist()]))
         return matched_pages(keys)
 
     table.matched_pages = read_table  # type: ignore[method-assign]
@@ -167,3 +171,34 @@ def test_spans_run_while_pages_are_stored():
     }
     spans = assert_same_both_ways(_raw(w), "engine", probes=False)
     assert spans > 500
+
+
+def test_router_brings_up_spans_storing_a_key_it_reads(monkeypatch):
+    """8-bit page keys: pages a span fills collide with the keys of prompts being routed, so
+    the router must bring those spans up to date before it reads the table (and only those)."""
+    w = {
+        "seed": 5,
+        "nodes": 3,
+        "rate": 6.0,
+        "clients": 0,
+        "prompt": 400,
+        "output": 200,
+        "pool_tokens": 300_000,
+        "cache_outputs": True,
+        "index": "two_level",
+        "hash_bits": 8,
+        "reclaim": "epoch",
+        "routing": "prefix_affinity",
+    }
+    outcomes: list[bool] = []
+    sync_index = Node.sync_index
+
+    def counted(node: Node, keys: set[int]) -> None:
+        behind = node._span_applied <= node._span_index
+        sync_index(node, keys)
+        if behind:  # brought up to date, or left behind (none of its pages has these keys)
+            outcomes.append(node._span_applied > node._span_index)
+
+    monkeypatch.setattr(Node, "sync_index", counted)
+    assert assert_same_both_ways(_raw(w), "engine", probes=False) > 100
+    assert any(outcomes) and not all(outcomes)
