@@ -26,7 +26,7 @@ import pandas as pd
 
 from policies import make_policy
 from reports.validation import latency_table
-from sim.cascade import CommonPrefixMemo, shared_reads
+from sim.cascade import CommonPrefixMemo, longest_decode, shared_reads
 from sim.cluster import Cluster
 from sim.config import ConfigError, ExperimentConfig, parse_config
 from sim.kv.manager import paged_kv_from_config
@@ -220,10 +220,12 @@ def measured_requests(run: EngineRun) -> tuple[list[Request], int | None]:
 @dataclass(frozen=True)
 class ReplayedSteps:
     """What steps.csv does not record, read off the replay per step: decode reads of pages
-    another decode of the step reads too (sim.cascade.shared_reads), and whether the engine had
-    work left after the step (so the next step followed at once: no idle wait between them)."""
+    another decode of the step reads too (sim.cascade.shared_reads), the longest decode context,
+    and whether the engine had work left after the step (so the next step followed at once: no
+    idle wait between them)."""
 
     shared_tokens: np.ndarray  # int64
+    longest_decode: np.ndarray  # int64
     busy_after: np.ndarray  # bool
 
 
@@ -250,6 +252,7 @@ def replay(run: EngineRun, requests: list[Request]) -> tuple[dict, ReplayedSteps
     composition_mismatch, cursor, last_end = 0, 0, 0.0
     shared = np.zeros(len(run.steps), dtype=np.int64)
     busy_after = np.zeros(len(run.steps), dtype=bool)
+    longest = np.zeros(len(run.steps), dtype=np.int64)
     memo: CommonPrefixMemo = {}
     for k, row in enumerate(run.steps.itertuples(index=False)):
         while cursor < len(joins) and joins[cursor][0] <= k:
@@ -264,6 +267,7 @@ def replay(run: EngineRun, requests: list[Request]) -> tuple[dict, ReplayedSteps
         step = scheduler.schedule(float(row.start_s))
         composition_mismatch += _composition(step) != _row_composition(row)
         shared[k] = shared_reads(step.items, cfg.cache.page_size, memo)
+        longest[k] = longest_decode(step.items)
         last_end = float(row.start_s) + float(row.duration_s)
         scheduler.apply(step, last_end)
         busy_after[k] = scheduler.has_work()
@@ -288,7 +292,7 @@ def replay(run: EngineRun, requests: list[Request]) -> tuple[dict, ReplayedSteps
         # every output token of the recorded steps, finished or not (the throughput's numerator)
         "output_tokens_measured": sum(seq.num_generated for seq in seqs.values()),
     }
-    return counts, ReplayedSteps(shared, busy_after)
+    return counts, ReplayedSteps(shared, longest, busy_after)
 
 
 def _composition(step) -> tuple[int, int, int]:
@@ -322,8 +326,9 @@ def step_errors(run: EngineRun, latency: LatencyModel, replayed: ReplayedSteps) 
     step's decode reads of pages another decode of it reads too (`replay`)."""
     rows = run.steps.to_dict("records")
     plans = [step_plan(r) for r in rows]
-    for plan, tokens in zip(plans, replayed.shared_tokens.tolist(), strict=True):
-        plan.decode_shared_tokens = tokens
+    columns = (replayed.shared_tokens.tolist(), replayed.longest_decode.tolist())
+    for plan, tokens, longest in zip(plans, *columns, strict=True):
+        plan.decode_shared_tokens, plan.decode_ctx_max = tokens, longest
     predicted = np.array([latency.step_time_s(plan) for plan in plans])
     measured = measured_step_s(run.steps, replayed.busy_after)
     has_prefill = run.steps.num_prefill.to_numpy() > 0
@@ -408,10 +413,11 @@ def _fit_prefill_terms(
     return float(TOKEN_GRID_S[at_i]), float(EXTRA_GRID_S[at_e]), floors
 
 
-def _pricing_shared_reads(run: EngineRun, shared_page_reads: str | None) -> EngineRun:
-    if shared_page_reads is None:
+def _pricing(run: EngineRun, decode_terms: dict[str, str] | None) -> EngineRun:
+    """The run priced with these `gpu.` decode terms instead of its config's."""
+    if not decode_terms:
         return run
-    gpu = run.cfg.gpu.model_copy(update={"shared_page_reads": shared_page_reads})
+    gpu = run.cfg.gpu.model_copy(update=decode_terms)
     return EngineRun(run.cfg.model_copy(update={"gpu": gpu}), run.requests, run.steps)
 
 
@@ -511,19 +517,19 @@ def _output_throughput(requests: pd.DataFrame, duration_s: float) -> float:
 
 
 def validate(
-    run_dir: Path, overhead_from: Path | None = None, shared_page_reads: str | None = None
+    run_dir: Path, overhead_from: Path | None = None, decode_terms: dict[str, str] | None = None
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The fidelity numbers and the tables the validation report draws. `overhead_from`: an
     engine run whose measured per-step overheads are added to the price (held out: measured
-    there, judged here). `shared_page_reads`: price shared page reads so (`gpu.`
-    `shared_page_reads`) instead of as the run's config says."""
-    run = _pricing_shared_reads(load_engine_run(run_dir), shared_page_reads)
+    there, judged here). `decode_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` values
+    to price with instead of the run config's."""
+    run = _pricing(load_engine_run(run_dir), decode_terms)
     requests, num_clients = measured_requests(run)
     counts, replayed = replay(run, requests)
     measured = measured_overheads(run, replayed)
     if overhead_from is not None:
         source = f"measured on {overhead_from.name} (kvsched validate)"
-        probe = _pricing_shared_reads(load_engine_run(overhead_from), shared_page_reads)
+        probe = _pricing(load_engine_run(overhead_from), decode_terms)
         _, probe_steps = replay(probe, measured_requests(probe)[0])
         run = with_overheads(run, measured_overheads(probe, probe_steps), source)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
@@ -540,6 +546,7 @@ def validate(
         "run": str(run_dir),
         "latency_model": latency.name,
         "shared_page_reads": run.cfg.gpu.shared_page_reads,
+        "ragged_decode": run.cfg.gpu.ragged_decode,
         **{name: getattr(run.cfg.gpu, name) for name in OVERHEAD_TERMS},
         **{f"measured_{name}": value for name, value in measured.items()},
         "step_time_median_abs_err": _pct(step_err, 50),
@@ -610,7 +617,9 @@ def cmd_validate(args) -> int:
         check_output(Path(args.json), "--json", f'"schema": "{SCHEMA}"')
     if args.report:
         check_output(Path(args.report), "--report", REPORT_TITLE)
-    result, tables = validate(Path(args.run_dir), overhead_from, args.shared_page_reads)
+    terms = {"shared_page_reads": args.shared_page_reads, "ragged_decode": args.ragged_decode}
+    decode_terms = {k: v for k, v in terms.items() if v is not None}
+    result, tables = validate(Path(args.run_dir), overhead_from, decode_terms)
     print("\n".join(summary_lines(result)))
     if args.json:
         text = json.dumps(result, indent=2) + "\n"
@@ -640,5 +649,11 @@ def register(sub) -> None:
         choices=["l2", "hbm"],
         help="price decodes' reads of pages another decode of the step reads (gpu."
         "shared_page_reads; default: as the run's config says)",
+    )
+    p.add_argument(
+        "--ragged-decode",
+        choices=["measured", "mean"],
+        help="price decode batches of unequal contexts (gpu.ragged_decode; default: as the "
+        "run's config says)",
     )
     p.set_defaults(func=cmd_validate)

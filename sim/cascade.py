@@ -101,10 +101,17 @@ def span_shared_reads(
     return sum((size - 1) * tokens for size, tokens, _ in groups)
 
 
-class SharedReadsExecutor(ModelledExecutor):
-    """The modelled executor for the plain paged decode kernel when decodes share pages: a
-    page that several decodes of the step read is priced through L2 after its first read
-    (sim/latency/shared_reads.py), so the step's price depends on its block tables."""
+def longest_decode(items: list[BatchItem]) -> int:
+    """The longest decode context of the step (as Step.shape counts it), 0 without decodes."""
+    return max((seq.num_computed + 1 for seq, _, pre in items if not pre), default=0)
+
+
+class DecodeBatchExecutor(ModelledExecutor):
+    """The modelled executor for the plain paged decode kernel priced from its batch, not only
+    from the decodes' count and context sum: a page several decodes of the step read is priced
+    through L2 after its first read (sim/latency/shared_reads.py), and a batch of unequal
+    contexts above the equal-length table (sim/latency/ragged.py), as the latency model has
+    them measured. The price depends on the block tables and the longest context."""
 
     def __init__(
         self,
@@ -118,7 +125,7 @@ class SharedReadsExecutor(ModelledExecutor):
         self._common: CommonPrefixMemo = {}
 
     def prices_decode_by_sum(self) -> bool:
-        return False  # shared pages come from the block tables
+        return False  # shared pages and the longest context come from the batch
 
     def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
         return self.run_step(node_id, step, now)
@@ -126,21 +133,24 @@ class SharedReadsExecutor(ModelledExecutor):
     def compute_s(self, step: Step) -> float:
         shape = step.shape()
         shape.decode_shared_tokens = shared_reads(step.items, self.page_size, self._common)
+        shape.decode_ctx_max = longest_decode(step.items)
         return self.latency.shape_time_s(shape)
 
     def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
         """Prices of the decode span's steps 1, 2, ... after `step` (its decodes' block tables
-        as of step 0): `compute_s` of each, the same floats, with step 0's shared reads."""
+        as of step 0): `compute_s` of each, the same floats. Shared reads stay step 0's (a
+        decode appends pages of its own); the longest context grows by one token a step."""
         if self.transfer is not None:
             return None
         shared = span_shared_reads(step.items, self.page_size, self._common)
         if shared is None:
             return None
-        num_decode = len(step.items)
-        if shared == 0:
-            return self.decode_prices.many(num_decode, ctx_sums)
+        num_decode, longest = len(step.items), longest_decode(step.items)
         price = self.latency.shape_time_s
-        return [price(StepShape([], [], num_decode, s, shared)) for s in ctx_sums]
+        return [
+            price(StepShape([], [], num_decode, ctx_sum, shared, longest + k))
+            for k, ctx_sum in enumerate(ctx_sums, start=1)
+        ]
 
 
 class CascadeExecutor(ModelledExecutor):
@@ -167,11 +177,14 @@ class CascadeExecutor(ModelledExecutor):
         shape = step.shape()
         if not groups:
             return self.latency.shape_time_s(shape)
-        # the plain kernel, its shared pages re-read from L2 (when the model prices that)
+        # the plain kernel, its shared pages re-read from L2 and its longest context (when the
+        # model prices those)
         shape.decode_shared_tokens = shared_reads(step.items, self.page_size, self._common)
+        shape.decode_ctx_max = longest_decode(step.items)
         plain_s = self.latency.shape_time_s(shape)
         size, pairs = prefix_pass(groups)
         shape.decode_shared_tokens = 0  # the cascade reads each prefix once, tails are unique
+        shape.decode_ctx_max = 0  # the tails are priced at their mean
         shape.decode_ctx_sum -= pairs
         cascade_s = self.latency.shape_time_s(shape)
         cascade_s += self.latency.cascade_prefix_s(size, round(pairs / size))

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from sim.cascade import CascadeExecutor, SharedReadsExecutor
+from sim.cascade import CascadeExecutor, DecodeBatchExecutor
 from sim.clock import Clock
 from sim.config import ConfigError, ExperimentConfig, PolicySpec
 from sim.executor import DecodePrices, ModelledExecutor, StepExecutor
 from sim.kv.manager import PagedKV, contiguous_kv_from_config, paged_kv_from_config
 from sim.kv.protocol import KVManager
 from sim.latency import make_latency_model
-from sim.latency.base import prices_shared_reads
+from sim.latency.base import prices_decode_batch
 from sim.metrics import Recorder
 from sim.node import Node
 from sim.policy_api import MakePolicy, PlacementStrategy
@@ -124,14 +124,13 @@ class Cluster:
         return self.make_policy("placement", spec)
 
     def _executor(self, transfer) -> StepExecutor:
-        """The latency model prices each step (decode as a cascade kernel if asked; with a
-        prefix cache, pages several decodes share priced as re-read from L2 where the model has
-        that measured)."""
+        """The latency model prices each step (decode as a cascade kernel if asked; from the
+        decode batch itself, its shared pages and longest context, where the model has those
+        measured terms on: gpu.shared_page_reads, gpu.ragged_decode)."""
         if self.cfg.node.decode_attention == "cascade":
             return CascadeExecutor(self.latency, transfer, self.page_size)
-        cache = self.cfg.cache
-        if cache.mechanism == "paged" and cache.prefix_cache and prices_shared_reads(self.latency):
-            return SharedReadsExecutor(self.latency, transfer, self.page_size, self.decode_prices)
+        if prices_decode_batch(self.latency):
+            return DecodeBatchExecutor(self.latency, transfer, self.page_size, self.decode_prices)
         return ModelledExecutor(self.latency, transfer, self.decode_prices)
 
     def _wake(self, node_id: int) -> None:

@@ -115,6 +115,10 @@ class GpuConfig(Strict):
     # (sim/latency/shared_reads.py; the file must have it); "hbm", as a read of a distinct page
     # (the decode table as measured).
     shared_page_reads: Literal["l2", "hbm"] = "hbm"
+    # A decode batch of unequal contexts: "measured", priced above the equal-length decode table
+    # at its mean by the calibration file's `decode_ragged` term (sim/latency/ragged.py; the
+    # file must have it); "mean", at the table's time for its mean context.
+    ragged_decode: Literal["measured", "mean"] = "mean"
 
 
 class NodeConfig(Strict):

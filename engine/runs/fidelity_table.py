@@ -4,7 +4,8 @@
 
 One row per engine run: validation.json (kernels only: the step price as calibrated) and
 validation_heldout.json (plus the overhead terms measured on the probe run of the same model
-and TP), validation_heldout_l2.json (the same with gpu.shared_page_reads: l2). Numbers are the files' own; nothing is recomputed here.
+and TP), validation_heldout_l2.json and validation_heldout_ragged.json (the same with
+gpu.shared_page_reads: l2, gpu.ragged_decode: measured). Numbers are the files' own; nothing is recomputed here.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main() -> None:
         ("validation.json", "kernels only"),
         ("validation_heldout.json", "held out"),
         ("validation_heldout_l2.json", "held out, shared page reads priced through L2"),
+        ("validation_heldout_ragged.json", "held out, ragged decode batches priced as measured"),
     ):
         print(f"\n{label} ({kind}):\n{HEADER}")
         for path in sorted(RUNS.glob(f"*/{kind}")):

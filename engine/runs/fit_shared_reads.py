@@ -1,6 +1,7 @@
-"""Fit the price of decodes that read shared pages (sim/latency/shared_reads.py) to the H200 table.
+"""Fit the decode batch terms to the H200 tables: shared page reads (sim/latency/shared_reads.py)
+and ragged batches (sim/latency/ragged.py).
 
-    python engine/runs/fit_shared_reads.py [--table FILE] [--write]
+    python engine/runs/fit_shared_reads.py [--table FILE ...] [--ragged FILE] [--write]
 
 The table comes from `python -m engine.check --only decode_shared_pages` (one layer of our paged
 decode kernel, CUDA-graph replay with L2 flushed, per attention shard, prefix and batch: the
@@ -8,8 +9,10 @@ sequences spread over G groups that share their prefix pages, and the same lengt
 pages). Each point is one (shard, prefix, batch, G < batch): its time over the distinct-pages
 time of the same lengths. The model's ratio is the calibration's own decode table at the
 effective context over the table at the real one, so one (rho, p) is fitted to both shards and
-the residuals are printed per shard. --write stores the fit as the calibration file's
-`decode_shared_reads` entry (the rest of the file is left as it is).
+the residuals are printed per shard. The ragged table (`--only decode_ragged`: batches of
+lognormal lengths against equal ones) gives (mean, longest, time / equal-length time) points, one
+(a, b, e) for both shards. --write stores the fits as the calibration file's
+`decode_shared_reads` and `decode_ragged` entries (the rest of the file is left as it is).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from engine.check import shared_layouts, sharing
 from sim.latency.calibrated import _Grid2
+from sim.latency.ragged import RaggedPoint, fit_ragged_decode
 from sim.latency.shared_reads import SharedPoint, fit_shared_reads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +40,7 @@ TABLES = [
     # the same short tails again on the session-5 decode kernel (fused split combine), 3 prefixes
     "engine/runs/logs/2026-11-30_run4/tables/decode_shared_pages_table.json",
 ]
+RAGGED = "engine/runs/logs/2026-11-30_run4/tables/decode_ragged.json"  # the session-5 kernel
 CALIBRATION = "kernels/calibration/h200.json"
 # engine/check.py SHARED_SHARDS: the shard's name -> the calibration table it is priced from
 SHARDS = {"llama-3-8b": ("llama-3-8b", 1), "article-70b-tp2": ("article-70b", 2)}
@@ -63,6 +68,29 @@ def shard_points(measured: dict) -> list[SharedPoint]:
     return points
 
 
+def ragged_points(measured: dict) -> list[RaggedPoint]:
+    """(mean context, longest, time / equal-length time) of one shard's ragged table."""
+    points = []
+    for key, cell in measured.items():
+        if not key.startswith("b") or key.endswith("_s0.0"):
+            continue
+        batch = int(key[1:].split("_")[0])
+        equal = measured[key.rsplit("_s", 1)[0] + "_s0.0"]
+        mean = cell["kv_tokens"] / batch
+        points.append((mean, int(cell["max_len"]), cell["ms"] / equal["ms"]))
+    return points
+
+
+def _summary(errors: np.ndarray) -> dict:
+    e = np.abs(errors)
+    return {
+        "points": int(e.size),
+        "median_abs_err": round(float(np.median(e)), 4),
+        "mean_abs_err": round(float(e.mean()), 4),
+        "max_abs_err": round(float(e.max()), 4),
+    }
+
+
 def decode_price(calibration: dict, model: str, tp: int):
     """ms of one layer's decode attention by (batch, mean context), as the simulator reads it."""
     table = next(t for t in calibration["tables"] if t["model"] == model and t["tp"] == tp)
@@ -79,7 +107,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", nargs="+", default=TABLES)
     ap.add_argument("--calibration", default=CALIBRATION)
-    ap.add_argument("--write", action="store_true", help="store the fit in the calibration file")
+    ap.add_argument("--ragged", default=RAGGED)
+    ap.add_argument("--write", action="store_true", help="store the fits in the calibration file")
     args = ap.parse_args()
     cal_path = ROOT / args.calibration
     calibration = json.loads(cal_path.read_text())
@@ -92,16 +121,15 @@ def main() -> None:
     ]
     model, errors = fit_shared_reads(tables)
     print(f"rho {model.rho:.2f} p {model.p:g} ({sum(len(t[0]) for t in tables)} points)")
-    fit = {}
-    for shard, err in zip(SHARDS, errors, strict=True):
-        e = np.abs(err)
-        fit[shard] = {
-            "points": int(e.size),
-            "median_abs_err": round(float(np.median(e)), 4),
-            "mean_abs_err": round(float(e.mean()), 4),
-            "max_abs_err": round(float(e.max()), 4),
-        }
-        print(f"  {shard}: {fit[shard]}")
+    fit = {shard: _summary(err) for shard, err in zip(SHARDS, errors, strict=True)}
+    for shard, summary in fit.items():
+        print(f"  {shard}: {summary}")
+    ragged_table = _load(args.ragged)
+    ragged, ragged_errors = fit_ragged_decode(
+        [pt for shard in SHARDS for pt in ragged_points(ragged_table[shard])]
+    )
+    ragged_fit = _summary(ragged_errors)
+    print(f"ragged: a {ragged.a:g} b {ragged.b:g} e {ragged.e:g}: {ragged_fit}")
     if args.write:
         calibration["decode_shared_reads"] = {
             "rho": model.rho,
@@ -110,8 +138,16 @@ def main() -> None:
             "method": _load(args.table[0]).get("method", ""),
             "fit": fit,
         }
+        calibration["decode_ragged"] = {
+            "a": ragged.a,
+            "b": ragged.b,
+            "e": ragged.e,
+            "ref_ctx": ragged.ref_ctx,
+            "measured": args.ragged,
+            "fit": ragged_fit,
+        }
         cal_path.write_text(json.dumps(calibration, indent=1) + "\n")
-        print(f"wrote decode_shared_reads to {args.calibration}")
+        print(f"wrote decode_shared_reads and decode_ragged to {args.calibration}")
 
 
 if __name__ == "__main__":

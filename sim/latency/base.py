@@ -18,6 +18,7 @@ class StepPlan:
     # KV tokens a decode reads that another decode of the step reads too (the same pages after
     # prefix hits: sim/latency/shared_reads.py); 0 when unknown or none
     decode_shared_tokens: int = 0
+    decode_ctx_max: int = 0  # the longest decode context (0: unknown)
 
     @property
     def num_tokens(self) -> int:
@@ -34,6 +35,7 @@ class StepShape:
     num_decode: int
     decode_ctx_sum: int  # sum over decodes of their context length (tokens in KV)
     decode_shared_tokens: int = 0  # of that sum, tokens another decode of the step also reads
+    decode_ctx_max: int = 0  # the longest decode context (0: unknown, priced at the mean)
 
 
 class LatencyModel(Protocol):
@@ -123,11 +125,14 @@ class StepOverhead:
         return device + self.overhead_s
 
 
-def prices_shared_reads(model: object) -> bool:
-    """Does the model (or the model it wraps) price decodes that read pages another decode of
-    the step reads (`StepShape.decode_shared_tokens`) from a measurement?"""
+def prices_decode_batch(model: object) -> bool:
+    """Does the model (or the model it wraps) price a step's decodes from more than their count
+    and context sum: the pages they share (`StepShape.decode_shared_tokens`) or their longest
+    context (`StepShape.decode_ctx_max`), from a measurement?"""
     while model is not None:
         if getattr(model, "shared_reads", None) is not None:
+            return True
+        if getattr(model, "ragged", None) is not None:
             return True
         model = getattr(model, "inner", None)
     return False

@@ -34,6 +34,7 @@ import numpy as np
 
 from sim.config import ConfigError
 from sim.latency.base import StepShape
+from sim.latency.ragged import RaggedDecode
 from sim.latency.roofline import RooflineLatency
 from sim.latency.shared_reads import SharedReads
 
@@ -238,11 +239,13 @@ class CalibratedLatency:
         table: dict,
         allreduce: dict | None = None,
         shared_reads: SharedReads | None = None,
+        ragged: RaggedDecode | None = None,
     ):
         """`allreduce`: the file's `allreduce_nccl` entry for this tp and hidden size (measured
         through NCCL); without one the all-reduce keeps the roofline's formula. `shared_reads`:
         the file's measured price of decodes reading pages another decode of the step reads
-        (without it a shared page costs what a distinct one does)."""
+        (without it a shared page costs what a distinct one does). `ragged`: the file's measured
+        price of a decode batch of unequal contexts (without it, the table at the mean)."""
         validate_table(table)
         want = expected_shapes(model, tp)
         got = {k: int(table["shapes"].get(k, -1)) for k in want}
@@ -260,6 +263,7 @@ class CalibratedLatency:
         self._prefill = _Grid2(p["new_tokens"], p["context"], p["ms"])
         self._roofline = RooflineLatency(model, gpu, tp)
         self.shared_reads = shared_reads
+        self.ragged = ragged
         c = table.get("cascade_prefix_attn")
         self._cascade = _Grid2(c["group_size"], c["prefix_len"], c["ms"]) if c else None
         if allreduce is not None and tp > 1:
@@ -284,6 +288,7 @@ class CalibratedLatency:
                 int(dec.size),
                 int(dec.sum()),
                 int(plan.decode_shared_tokens),
+                int(plan.decode_ctx_max),
             )
         )
 
@@ -330,6 +335,9 @@ class CalibratedLatency:
                 ctx_sum = self.shared_reads.effective_tokens(ctx_sum, shape.decode_shared_tokens)
             mean_ctx = float(ctx_sum) / num_decode
             decode_attn = layers * self._decode(num_decode, mean_ctx) * 1e-3
+            if shape.decode_ctx_max and self.ragged is not None:
+                real_mean = shape.decode_ctx_sum / num_decode
+                decode_attn *= self.ragged.factor(real_mean, shape.decode_ctx_max)
         prefill_attn = 0.0
         if new:
             prefill = self._prefill
@@ -386,6 +394,7 @@ def calibrated_latency_for(
         table,
         find_allreduce(data, model, tp),
         _shared_reads(data, gpu, path),
+        _ragged(data, gpu, path),
     )
 
 
@@ -409,6 +418,28 @@ def find_allreduce(data: dict, model: Any, tp: int) -> dict | None:
             _axis(entry["tokens"], "allreduce_nccl.tokens")
             return entry
     return None
+
+
+def _ragged(data: dict, gpu: Any, path: Path) -> RaggedDecode | None:
+    """The measured ragged-batch term when `gpu.ragged_decode` asks for it."""
+    if getattr(gpu, "ragged_decode", "mean") != "measured":
+        return None
+    entry = data.get("decode_ragged")
+    if entry is None:
+        raise CalibrationError(
+            f"gpu.ragged_decode: measured needs a decode_ragged entry in {path.name} "
+            "(engine/runs/fit_shared_reads.py --write); use mean"
+        )
+    try:
+        a, b, e = float(entry["a"]), float(entry["b"]), float(entry["e"])
+        ref = int(entry["ref_ctx"])
+    except (TypeError, KeyError, ValueError) as exc:
+        raise CalibrationError(
+            f"decode_ragged: needs numbers 'a', 'b', 'e' and 'ref_ctx', got {entry!r}"
+        ) from exc
+    if not (0.0 <= a < 1.0 and b > 0.0 and e >= 0.0 and ref > 0):
+        raise CalibrationError(f"decode_ragged: needs 0 <= a < 1, b > 0, e >= 0, got {entry!r}")
+    return RaggedDecode(a, b, e, ref)
 
 
 def shared_reads_from(entry: Any) -> SharedReads | None:

@@ -74,16 +74,28 @@ def test_overheads_measured_on_the_probe_judged_on_the_workloads(run_dir):
     assert_committed(result, run_dir / "validation_heldout.json")
 
 
-HELD_OUT_L2 = sorted(p.parent for p in RUNS.glob("*/validation_heldout_l2.json"))
+DECODE_TERMS = {
+    "l2": {"shared_page_reads": "l2"},
+    "ragged": {"ragged_decode": "measured"},
+}
+WITH_TERMS = sorted(
+    (p.parent, name)
+    for name in DECODE_TERMS
+    for p in RUNS.glob(f"*/validation_heldout_{name}.json")
+)
 
 
-@pytest.mark.parametrize("run_dir", HELD_OUT_L2, ids=[p.name for p in HELD_OUT_L2])
-def test_held_out_with_shared_page_reads_priced_through_l2(run_dir):
-    """The same, with the measured shared-page term on (gpu.shared_page_reads: l2)."""
+@pytest.mark.parametrize(
+    ("run_dir", "name"), WITH_TERMS, ids=[f"{p.name}-{n}" for p, n in WITH_TERMS]
+)
+def test_held_out_with_a_measured_decode_term_on(run_dir, name):
+    """The same, with a measured decode batch term on (gpu.shared_page_reads: l2, or
+    gpu.ragged_decode: measured)."""
     needs_trace_slice(run_dir)
-    result, _ = validate(run_dir, overhead_from=probe_for(run_dir), shared_page_reads="l2")
-    assert result["shared_page_reads"] == "l2"
-    assert_committed(result, run_dir / "validation_heldout_l2.json")
+    result, _ = validate(run_dir, probe_for(run_dir), DECODE_TERMS[name])
+    for field, value in DECODE_TERMS[name].items():
+        assert result[field] == value
+    assert_committed(result, run_dir / f"validation_heldout_{name}.json")
 
 
 def assert_committed(result: dict, committed: Path) -> None:

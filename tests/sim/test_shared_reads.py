@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from policies import make_policy
-from sim.cascade import SharedReadsExecutor, shared_reads, span_shared_reads
+from sim.cascade import DecodeBatchExecutor, shared_reads, span_shared_reads
 from sim.cluster import Cluster
 from sim.config import parse_config
 from sim.latency import make_latency_model
-from sim.latency.base import StepShape, prices_shared_reads
+from sim.latency.base import StepShape, prices_decode_batch
+from sim.latency.ragged import RaggedDecode, fit_ragged_decode
 from sim.latency.shared_reads import SharedReads, fit_shared_reads, predicted_ratios
 from sim.scheduler import Step
 from sim.sequence import new_sequence
@@ -52,10 +53,10 @@ def test_model_keeps_the_table_without_sharing_and_falls_towards_rho():
     assert less[0] > less[1] > less[2] > 10_000 * 0.7 / (1 + 0.7**3) ** (1 / 3)
 
 
-def test_h200_prices_shared_reads_when_asked_and_a_shared_step_costs_less():
-    assert not prices_shared_reads(latency("hbm"))  # the default: as distinct pages
+def test_h200_prices_decode_batch_when_asked_and_a_shared_step_costs_less():
+    assert not prices_decode_batch(latency("hbm"))  # the default: as distinct pages
     lat = latency()
-    assert prices_shared_reads(lat)
+    assert prices_decode_batch(lat)
     plain = lat.shape_time_s(StepShape([], [], 32, 32 * 2300))
     shared = lat.shape_time_s(StepShape([], [], 32, 32 * 2300, 31 * 2048))
     assert shared < plain
@@ -76,7 +77,7 @@ def test_a_span_prices_each_step_as_the_step_by_step_executor_does():
     items = [decode(i, [*shared, 1000 + i], 1024 + 5 + i) for i in range(24)]
     items += [decode(100 + i, [500 + 2 * i, 501 + 2 * i], 30) for i in range(8)]  # unshared
     step = Step(items=items)
-    executor = SharedReadsExecutor(lat, None, PAGE)
+    executor = DecodeBatchExecutor(lat, None, PAGE)
     first = step.shape().decode_ctx_sum + len(items)
     sums = [first + k * len(items) for k in range(20)]
     span = executor.decode_span_prices(step, sums)
@@ -113,9 +114,9 @@ def test_fit_recovers_the_parameters_it_was_generated_with():
 
 @pytest.mark.parametrize(
     ("prefix_cache", "reads", "kind"),
-    [(True, "l2", "SharedReads"), (False, "l2", "Modelled"), (True, "hbm", "Modelled")],
+    [(True, "l2", "DecodeBatch"), (False, "l2", "DecodeBatch"), (True, "hbm", "Modelled")],
 )
-def test_cluster_prices_shared_reads_with_a_prefix_cache_when_asked(prefix_cache, reads, kind):
+def test_cluster_prices_decode_batch_with_a_prefix_cache_when_asked(prefix_cache, reads, kind):
     cfg = parse_config(
         {
             "model": "llama-3-8b",
@@ -129,3 +130,45 @@ def test_cluster_prices_shared_reads_with_a_prefix_cache_when_asked(prefix_cache
     workload = make_workload("no_sharing", {"num_requests": 2}, np.random.default_rng(0))
     cluster = Cluster(cfg, workload, np.random.default_rng(1), make_policy)
     assert type(cluster.nodes[0].executor).__name__ == f"{kind}Executor"
+
+
+def test_ragged_factor_grows_with_the_spread_saturates_and_shrinks_with_the_mean():
+    model = RaggedDecode(a=0.1, b=0.5, e=0.75)
+    assert model.factor(4096, 4096) == 1.0  # equal lengths: the table as measured
+    spread = [model.factor(2048, m) for m in (2300, 3072, 8192, 30000)]
+    assert 1.0 < spread[0] < spread[1] < spread[2] < spread[3] < 1.1
+    assert spread[3] - spread[2] < 1e-3  # one long context already sets the split
+    assert model.factor(8192, 8192 * 4) < model.factor(2048, 2048 * 4)
+
+
+def test_ragged_fit_recovers_the_parameters_it_was_generated_with():
+    truth = RaggedDecode(0.08, 0.5, 0.5)
+    rng = np.random.default_rng(1)
+    points = []
+    for _ in range(50):
+        mean = float(rng.uniform(1000, 16000))
+        longest = int(mean * rng.uniform(1.0, 6.0))
+        points.append((mean, longest, truth.factor(mean, longest)))
+    model, errors = fit_ragged_decode(points)
+    assert (model.a, model.b, model.e) == (0.08, 0.5, 0.5)
+    assert np.abs(errors).max() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_ragged_span_prices_each_step_as_the_step_by_step_executor_does():
+    cfg = parse_config({"model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1}})
+    gpu = cfg.gpu.model_copy(update={"shared_page_reads": "l2", "ragged_decode": "measured"})
+    lat = make_latency_model(cfg.model, gpu, cfg.node.tp)
+    shared = list(range(32))  # 512 shared tokens
+    items = [decode(i, [*shared, 1000 + i], 512 + 3 + i) for i in range(12)]
+    items += [decode(100, [*range(5000, 5000 + 600)], 600 * PAGE - 20)]  # one long context
+    step = Step(items=items)
+    executor = DecodeBatchExecutor(lat, None, PAGE)
+    first = step.shape().decode_ctx_sum + len(items)
+    sums = [first + k * len(items) for k in range(12)]
+    span = executor.decode_span_prices(step, sums)
+    assert span is not None
+    plain = lat.shape_time_s(step.shape())
+    assert executor.compute_s(step) != plain  # both terms move the price
+    for k in range(12):
+        grow(items)
+        assert span[k] == executor.compute_s(Step(items=items))
