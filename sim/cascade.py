@@ -174,14 +174,32 @@ class CascadeExecutor(ModelledExecutor):
 
     def compute_s(self, step: Step) -> float:
         groups = shared_prefix_groups(step.items, self.page_size, self._common)
-        shape = step.shape()
-        if not groups:
-            return self.latency.shape_time_s(shape)
-        # the plain kernel, its shared pages re-read from L2 and its longest context (when the
-        # model prices those)
-        shape.decode_shared_tokens = shared_reads(step.items, self.page_size, self._common)
-        shape.decode_ctx_max = longest_decode(step.items)
+        return self._price(step.shape(), groups, longest_decode(step.items))
+
+    def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
+        """Prices of the decode span's steps 1, 2, ... after `step`: `compute_s` of each, the
+        same floats. A decode appends pages of its own only, so the groups stay step 0's
+        unless a member's last page holds a group's share down (then no span)."""
+        if self.transfer is not None:
+            return None
+        groups = _groups(step.items, self.page_size, self._common)
+        if any(capped for *_, capped in groups):
+            return None
+        shared = [(size, tokens) for size, tokens, _ in groups]
+        num_decode, longest = len(step.items), longest_decode(step.items)
+        return [
+            self._price(StepShape([], [], num_decode, ctx_sum), shared, longest + k)
+            for k, ctx_sum in enumerate(ctx_sums, start=1)
+        ]
+
+    def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
+        """The cheaper of the plain kernel (its shared pages re-read from L2 and its longest
+        context, where the model prices those) and the cascade (tails plus one prefix pass)."""
+        shape.decode_shared_tokens = sum((size - 1) * tokens for size, tokens in groups)
+        shape.decode_ctx_max = longest
         plain_s = self.latency.shape_time_s(shape)
+        if not groups:
+            return plain_s
         size, pairs = prefix_pass(groups)
         shape.decode_shared_tokens = 0  # the cascade reads each prefix once, tails are unique
         shape.decode_ctx_max = 0  # the tails are priced at their mean

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from policies import make_policy
-from sim.cascade import DecodeBatchExecutor, shared_reads, span_shared_reads
+from sim.cascade import CascadeExecutor, DecodeBatchExecutor, shared_reads, span_shared_reads
 from sim.cluster import Cluster
 from sim.config import parse_config
 from sim.latency import make_latency_model
@@ -170,5 +170,23 @@ def test_a_ragged_span_prices_each_step_as_the_step_by_step_executor_does():
     plain = lat.shape_time_s(step.shape())
     assert executor.compute_s(step) != plain  # both terms move the price
     for k in range(12):
+        grow(items)
+        assert span[k] == executor.compute_s(Step(items=items))
+
+
+@pytest.mark.parametrize("terms", [{}, {"shared_page_reads": "l2", "ragged_decode": "measured"}])
+def test_a_cascade_span_prices_each_step_as_the_step_by_step_executor_does(terms):
+    cfg = parse_config({"model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1}})
+    lat = make_latency_model(cfg.model, cfg.gpu.model_copy(update=terms), cfg.node.tp)
+    a, b = list(range(128)), list(range(200, 264))  # 2,048 and 1,024 shared tokens
+    items = [decode(i, [*a, 1000 + i], 2048 + 7 + i) for i in range(40)]
+    items += [decode(100 + i, [*b, 2000 + i], 1024 + 9) for i in range(30)]
+    step = Step(items=items)
+    executor = CascadeExecutor(lat, None, PAGE)
+    first = step.shape().decode_ctx_sum + len(items)
+    sums = [first + k * len(items) for k in range(16)]
+    span = executor.decode_span_prices(step, sums)
+    assert span is not None
+    for k in range(16):
         grow(items)
         assert span[k] == executor.compute_s(Step(items=items))
