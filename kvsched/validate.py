@@ -336,6 +336,7 @@ def step_errors(run: EngineRun, latency: LatencyModel, replayed: ReplayedSteps) 
 
 
 OVERHEAD_TERMS = (
+    "device_time_scale",
     "step_overhead_s",
     "prefill_step_overhead_s",
     "token_overhead_s",
@@ -361,12 +362,16 @@ def measured_overheads(run: EngineRun, replayed: ReplayedSteps) -> dict[str, flo
     their device time (graphed steps of at most `gpu.mixed_graph_max_tokens` tokens; larger
     steps, launched whole): the four on a grid with the least absolute error. The per-decode
     term stays 0."""
-    gpu = run.cfg.gpu.model_copy(update=dict.fromkeys(OVERHEAD_TERMS, 0.0))
+    gpu = run.cfg.gpu.model_copy(
+        update={**dict.fromkeys(OVERHEAD_TERMS, 0.0), "device_time_scale": 1.0}
+    )
     kernels_only = make_latency_model(run.cfg.model, gpu, run.cfg.node.tp)
     steps = step_errors(run, kernels_only, replayed)
     decodes = run.steps.num_decode.to_numpy(dtype=np.float64)
     prefill_tokens = run.steps.prefill_tokens.to_numpy(dtype=np.float64)
     prefill = steps.prefill.to_numpy()
+    scale = _device_time_scale(run.steps, steps.predicted_s.to_numpy(), prefill)
+    steps = steps.assign(predicted_s=steps.predicted_s * scale)
     residual = (steps.measured_s - steps.predicted_s).to_numpy()
     overhead = max(0.0, float(np.median(residual[~prefill]))) if (~prefill).any() else 0.0
     per_token, extra, floors = 0.0, 0.0, [0.0, 0.0]
@@ -379,6 +384,7 @@ def measured_overheads(run: EngineRun, replayed: ReplayedSteps) -> dict[str, flo
             graphed,
         )
     return {
+        "device_time_scale": scale,
         "step_overhead_s": overhead,
         "prefill_step_overhead_s": extra,
         "token_overhead_s": per_token,
@@ -386,6 +392,16 @@ def measured_overheads(run: EngineRun, replayed: ReplayedSteps) -> dict[str, flo
         "mixed_step_floor_s": floors[0],
         "eager_step_floor_s": floors[1],
     }
+
+
+def _device_time_scale(steps: pd.DataFrame, predicted: np.ndarray, prefill: np.ndarray) -> float:
+    """The serving machine's device time over the calibration's: the median, over decode-only
+    steps, of the step's measured GPU time (`gpu_s`: replayed graphs, no host in it) over its
+    priced kernels. 1 for a run without GPU times (or without decode-only steps)."""
+    if "gpu_s" not in steps.columns or prefill.all():
+        return 1.0
+    gpu_s = steps.gpu_s.to_numpy(dtype=np.float64)[~prefill]
+    return float(np.median(gpu_s / predicted[~prefill]))
 
 
 def _fit_prefill_terms(
@@ -595,7 +611,8 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(line)
     lines.append(f"  throughput: {pct(result['throughput_abs_err'])}")
     lines.append(
-        f"  overheads measured here: {result['measured_step_overhead_s'] * 1e3:.2f} ms/step, "
+        f"  overheads measured here: device time x{result['measured_device_time_scale']:.3f}, "
+        f"{result['measured_step_overhead_s'] * 1e3:.2f} ms/step, "
         f"{result['measured_token_overhead_s'] * 1e6:.2f} us/prefill token, "
         f"{result['measured_mixed_step_floor_s'] * 1e3:.1f} ms graphed / "
         f"{result['measured_eager_step_floor_s'] * 1e3:.1f} ms eager mixed-step floor"

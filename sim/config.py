@@ -110,6 +110,10 @@ class GpuConfig(Strict):
     mixed_graph_max_tokens: int = Field(default=512, ge=0)
     eager_step_floor_s: float = Field(default=0.0, ge=0)
     step_overhead_source: str = "not measured"
+    # The serving machine's device time over the calibration machine's for the same kernels
+    # (H200s differ by a few %): every priced kernel time is multiplied by it. `kvsched validate`
+    # measures it on an engine run's decode-only steps (their GPU time over the priced kernels).
+    device_time_scale: float = Field(default=1.0, gt=0)
     # A decode's read of a KV page another decode of the same step reads too (shared prefixes
     # after hits): "l2", priced from the calibration file's measured `decode_shared_reads` term
     # (sim/latency/shared_reads.py; the file must have it); "hbm", as a read of a distinct page

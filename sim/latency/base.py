@@ -69,9 +69,10 @@ class StepOverhead:
     host-bound on small mixed steps: it cannot finish a step faster than it issues it, and above
     the floor the launches hide behind the GPU work), or `gpu.eager_step_floor_s` for a step of
     more than `gpu.mixed_graph_max_tokens` tokens (launched whole from the host: every kernel
-    of every layer is a launch).
+    of every layer is a launch). The priced kernels themselves run `gpu.device_time_scale` times
+    as long on the serving machine as on the calibration machine.
 
-        device = inner + per_token * prefill_tokens + per_decode * decodes
+        device = inner * scale + per_token * prefill_tokens + per_decode * decodes
         step   = (max(device, floor) + prefill_extra if prefill else device) + overhead
     """
 
@@ -85,8 +86,10 @@ class StepOverhead:
         per_decode_s: float = 0.0,
         eager_floor_s: float = 0.0,
         graph_max_tokens: int = 0,
+        device_scale: float = 1.0,
     ):
         self.inner, self.overhead_s = inner, overhead_s
+        self.device_scale = device_scale
         self.prefill_extra_s, self.per_token_s = prefill_extra_s, per_token_s
         self.mixed_floor_s, self.per_decode_s = mixed_floor_s, per_decode_s
         self.eager_floor_s, self.graph_max_tokens = eager_floor_s, graph_max_tokens
@@ -96,11 +99,16 @@ class StepOverhead:
             + (f", {per_decode_s * 1e6:.3g} us/decode" if per_decode_s else "")
             + (f", {mixed_floor_s * 1e3:.3g} ms mixed-step floor" if mixed_floor_s else "")
             + (f", {eager_floor_s * 1e3:.3g} ms eager-step floor" if eager_floor_s else "")
+            + (f", device time x{device_scale:.3g}" if device_scale != 1.0 else "")
             + ")"
         )
 
     def _with_terms(self, inner_s: float, prefill_tokens: int, num_decode: int) -> float:
-        device = inner_s + self.per_token_s * prefill_tokens + self.per_decode_s * num_decode
+        device = (
+            inner_s * self.device_scale
+            + self.per_token_s * prefill_tokens
+            + self.per_decode_s * num_decode
+        )
         if prefill_tokens:
             graphed = prefill_tokens + num_decode <= self.graph_max_tokens
             floor = self.mixed_floor_s if graphed else self.eager_floor_s
@@ -121,7 +129,9 @@ class StepOverhead:
 
     def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
         inner = self.inner.decode_steps_s(num_decode, ctx_sums)
-        device = inner + self.per_decode_s * num_decode  # no prefill tokens: _with_terms
+        device = (
+            inner * self.device_scale + self.per_decode_s * num_decode
+        )  # no prefill tokens: _with_terms
         return device + self.overhead_s
 
 

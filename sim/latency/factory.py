@@ -26,6 +26,11 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
         gpu.decode_overhead_s,
         gpu.eager_step_floor_s,
     )
-    if not any(terms):
+    if not any(terms) and gpu.device_time_scale == 1.0:
         return priced
-    return StepOverhead(priced, *terms, graph_max_tokens=gpu.mixed_graph_max_tokens)
+    return StepOverhead(
+        priced,
+        *terms,
+        graph_max_tokens=gpu.mixed_graph_max_tokens,
+        device_scale=gpu.device_time_scale,
+    )
