@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from kvsched.experiment import run_arm
@@ -104,3 +105,15 @@ def test_the_prefill_terms_fit_recovers_known_terms():
     assert per_token == pytest.approx(3e-7)
     assert extra == pytest.approx(1.2e-3)
     assert floors == pytest.approx([7e-3, 18.5e-3])
+
+
+def test_the_device_time_scale_is_the_decode_steps_gpu_time_over_their_price(tmp_path):
+    """A run whose decode-only steps' GPU time is 1.1x what the kernels are priced at (another
+    machine) measures a device time scale of 1.1 and no fixed overhead on top."""
+    write_as_engine_run(OPEN_LOOP, tmp_path)
+    steps_path = tmp_path / "engine" / "steps.csv"
+    steps = pd.read_csv(steps_path)
+    steps["gpu_s"] = steps.duration_s * 1.1
+    steps.to_csv(steps_path, index=False)
+    result, _ = validate(tmp_path)
+    assert result["measured_device_time_scale"] == pytest.approx(1.1, rel=1e-9)
