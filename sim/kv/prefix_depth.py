@@ -26,6 +26,7 @@ ROOT = -1
 # Chain tails whose ancestor paths are remembered after their raise: the next turn of a
 # conversation, or the next page of a request, continues from there without a walk.
 PATH_MEMO_TAILS = 64
+MAX_WAITING = 60_000  # waiting chains (a held count fits 16 bits); past it all are applied
 
 
 class PrefixDepths:
@@ -37,8 +38,8 @@ class PrefixDepths:
         # chain tail -> (its ancestors root first in buffer[:length], buffer, depth to raise to);
         # the buffer has room to grow
         self._waiting: dict[int, tuple[np.ndarray, int, int]] = {}
-        # waiting raises whose path (or tail) has the page
-        self._held = np.zeros(num_pages, dtype=np.int32)
+        # waiting raises whose path (or tail) has the page (at most MAX_WAITING of them)
+        self._held = np.zeros(num_pages, dtype=np.uint16)
         # chain tail -> (links version, buffer, length): its ancestors, trusted as they are
         # while no indexed page has changed its parent since (the version is the same); a
         # removal drops the paths of the tails it removes (it removes every tail below a
@@ -54,6 +55,8 @@ class PrefixDepths:
             self.values[pages[0]] = deepest
         else:
             self.values[pages] = deepest
+        if len(self._waiting) >= MAX_WAITING:
+            self.settle()
         entry = self._waiting.pop(parent, None) if self.lazy else None
         if entry is None:
             buffer, length = self._path_to(parent)
@@ -165,10 +168,10 @@ class PrefixDepths:
 
 
 def _extend(buffer: np.ndarray, length: int, pages) -> tuple[np.ndarray, int]:
-    """Append `pages` to buffer[:length], growing it geometrically."""
+    """Append `pages` to buffer[:length], growing it by half."""
     end = length + len(pages)
     if end > buffer.size:
-        grown = np.zeros(max(2 * buffer.size, end), dtype=np.int64)
+        grown = np.zeros(max(buffer.size + buffer.size // 2, end), dtype=np.int64)
         grown[:length] = buffer[:length]
         buffer = grown
     buffer[length:end] = pages
