@@ -400,15 +400,26 @@ def calibrated_latency_for(
 
 def _shared_reads(data: dict, gpu: Any, path: Path) -> SharedReads | None:
     """The measured shared-page term when `gpu.shared_page_reads` asks for it."""
-    if getattr(gpu, "shared_page_reads", "hbm") != "l2":
+    entry = _measured_entry(
+        data, gpu, path, "shared_page_reads", ("l2", "hbm"), "decode_shared_reads"
+    )
+    return None if entry is None else shared_reads_from(entry)
+
+
+def _measured_entry(
+    data: dict, gpu: Any, path: Path, field: str, on_off: tuple[str, str], key: str
+) -> dict | None:
+    """The file's `key` entry when `gpu.<field>` is on (on_off[0]), None when it is off; a
+    missing entry is an error naming the field, the file and the way out."""
+    if getattr(gpu, field, on_off[1]) != on_off[0]:
         return None
-    entry = data.get("decode_shared_reads")
+    entry = data.get(key)
     if entry is None:
         raise CalibrationError(
-            f"gpu.shared_page_reads: l2 needs a decode_shared_reads entry in {path.name} "
-            "(engine/runs/fit_shared_reads.py --write); use hbm"
+            f"gpu.{field}: {on_off[0]} needs a {key} entry in {path.name} "
+            f"(engine/runs/fit_shared_reads.py --write); use {on_off[1]}"
         )
-    return shared_reads_from(entry)
+    return entry
 
 
 def find_allreduce(data: dict, model: Any, tp: int) -> dict | None:
@@ -422,14 +433,9 @@ def find_allreduce(data: dict, model: Any, tp: int) -> dict | None:
 
 def _ragged(data: dict, gpu: Any, path: Path) -> RaggedDecode | None:
     """The measured ragged-batch term when `gpu.ragged_decode` asks for it."""
-    if getattr(gpu, "ragged_decode", "mean") != "measured":
-        return None
-    entry = data.get("decode_ragged")
+    entry = _measured_entry(data, gpu, path, "ragged_decode", ("measured", "mean"), "decode_ragged")
     if entry is None:
-        raise CalibrationError(
-            f"gpu.ragged_decode: measured needs a decode_ragged entry in {path.name} "
-            "(engine/runs/fit_shared_reads.py --write); use mean"
-        )
+        return None
     try:
         a, b, e = float(entry["a"]), float(entry["b"]), float(entry["e"])
         ref = int(entry["ref_ctx"])

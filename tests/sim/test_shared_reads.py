@@ -71,21 +71,26 @@ def grow(items):
             seq.pages.append(10_000 + seq.req.request_id * 100 + len(seq.pages))
 
 
+def assert_span_prices_each_step(executor, items, steps: int) -> None:
+    """The executor's span prices from step 0's batch equal its step-by-step prices of the
+    batch decoding on, float for float."""
+    step = Step(items=items)
+    first = step.shape().decode_ctx_sum + len(items)
+    sums = [first + k * len(items) for k in range(steps)]
+    span = executor.decode_span_prices(step, sums)
+    assert span is not None
+    for k in range(steps):
+        grow(items)
+        assert Step(items=items).shape().decode_ctx_sum == sums[k]
+        assert span[k] == executor.compute_s(Step(items=items))
+
+
 def test_a_span_prices_each_step_as_the_step_by_step_executor_does():
     lat = latency()
     shared = list(range(64))  # 1,024 shared tokens
     items = [decode(i, [*shared, 1000 + i], 1024 + 5 + i) for i in range(24)]
     items += [decode(100 + i, [500 + 2 * i, 501 + 2 * i], 30) for i in range(8)]  # unshared
-    step = Step(items=items)
-    executor = DecodeBatchExecutor(lat, None, PAGE)
-    first = step.shape().decode_ctx_sum + len(items)
-    sums = [first + k * len(items) for k in range(20)]
-    span = executor.decode_span_prices(step, sums)
-    assert span is not None
-    for k in range(20):
-        grow(items)
-        assert Step(items=items).shape().decode_ctx_sum == sums[k]
-        assert span[k] == executor.compute_s(Step(items=items))  # the same floats
+    assert_span_prices_each_step(DecodeBatchExecutor(lat, None, PAGE), items, 20)
 
 
 def test_no_span_while_a_members_last_page_holds_the_share_down():
@@ -161,17 +166,10 @@ def test_a_ragged_span_prices_each_step_as_the_step_by_step_executor_does():
     shared = list(range(32))  # 512 shared tokens
     items = [decode(i, [*shared, 1000 + i], 512 + 3 + i) for i in range(12)]
     items += [decode(100, [*range(5000, 5000 + 600)], 600 * PAGE - 20)]  # one long context
-    step = Step(items=items)
     executor = DecodeBatchExecutor(lat, None, PAGE)
-    first = step.shape().decode_ctx_sum + len(items)
-    sums = [first + k * len(items) for k in range(12)]
-    span = executor.decode_span_prices(step, sums)
-    assert span is not None
-    plain = lat.shape_time_s(step.shape())
-    assert executor.compute_s(step) != plain  # both terms move the price
-    for k in range(12):
-        grow(items)
-        assert span[k] == executor.compute_s(Step(items=items))
+    step = Step(items=items)
+    assert executor.compute_s(step) != lat.shape_time_s(step.shape())  # both terms move it
+    assert_span_prices_each_step(executor, items, 12)
 
 
 @pytest.mark.parametrize("terms", [{}, {"shared_page_reads": "l2", "ragged_decode": "measured"}])
@@ -181,12 +179,31 @@ def test_a_cascade_span_prices_each_step_as_the_step_by_step_executor_does(terms
     a, b = list(range(128)), list(range(200, 264))  # 2,048 and 1,024 shared tokens
     items = [decode(i, [*a, 1000 + i], 2048 + 7 + i) for i in range(40)]
     items += [decode(100 + i, [*b, 2000 + i], 1024 + 9) for i in range(30)]
-    step = Step(items=items)
-    executor = CascadeExecutor(lat, None, PAGE)
-    first = step.shape().decode_ctx_sum + len(items)
-    sums = [first + k * len(items) for k in range(16)]
-    span = executor.decode_span_prices(step, sums)
-    assert span is not None
-    for k in range(16):
-        grow(items)
-        assert span[k] == executor.compute_s(Step(items=items))
+    assert_span_prices_each_step(CascadeExecutor(lat, None, PAGE), items, 16)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "key"),
+    [
+        ("shared_page_reads", "l2", "decode_shared_reads"),
+        ("ragged_decode", "measured", "decode_ragged"),
+    ],
+)
+def test_a_term_asked_for_without_its_entry_names_the_field_and_the_way_out(
+    tmp_path, field, value, key
+):
+    import json
+    from pathlib import Path
+
+    from sim.latency.calibrated import CalibrationError, calibrated_latency_for
+
+    cal = json.loads(
+        (Path(__file__).resolve().parents[2] / "kernels/calibration/h200.json").read_text()
+    )
+    del cal[key]
+    (tmp_path / "h200.json").write_text(json.dumps(cal))
+    cfg = parse_config({"model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1}})
+    gpu = cfg.gpu.model_copy(update={field: value})
+    with pytest.raises(CalibrationError, match=f"gpu.{field}: {value} needs a {key} entry"):
+        calibrated_latency_for(cfg.model, gpu, 1, tmp_path)
+    assert calibrated_latency_for(cfg.model, cfg.gpu, 1, tmp_path) is not None  # off: fine
