@@ -146,6 +146,11 @@ class Node:
         """kv.used_tokens(), likewise."""
         return self.scheduler.kv.used_tokens() + self._span_tokens()
 
+    def free_and_used_tokens(self) -> tuple[int, int]:
+        """(free_tokens(), used_tokens()), the span's pages counted once (the router's views)."""
+        kv, span = self.scheduler.kv, self._span_tokens()
+        return kv.free_tokens() - span, kv.used_tokens() + span
+
     def sync_index(self, keys: set[int]) -> None:
         """Index the pages a span's ended steps filled (and tell the cache's listeners, the
         routing table) if any of them has one of these page keys: a reader of the table's

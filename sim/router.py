@@ -75,6 +75,7 @@ class Router:
         page_size, capacity, new = self.page_size, self.kv_capacity_tokens, tuple.__new__
         out = []
         for i, node in enumerate(self.nodes):  # read without bringing decode spans up to date
+            free, used = node.free_and_used_tokens()
             out.append(
                 new(  # NodeView's fields in order (tuple.__new__: no keyword handling per node)
                     NodeView,
@@ -83,8 +84,8 @@ class Router:
                         node.num_waiting,
                         node.num_running,
                         capacity,
-                        node.free_tokens(),
-                        node.used_tokens(),
+                        free,
+                        used,
                         node.waiting_prompt_tokens,
                         matched[i] * page_size if matched is not None else 0,
                         node.cfg.max_num_seqs,

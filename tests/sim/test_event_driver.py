@@ -277,6 +277,7 @@ def test_free_and_used_tokens_mid_span_are_the_synced_ones():
             for node in cluster.nodes:
                 behind = node._span_applied <= node._span_index
                 lazy = (node.free_tokens(), node.used_tokens())
+                assert node.free_and_used_tokens() == lazy
                 kv = node.kv  # brings the span up to date
                 checks.append((behind, lazy == (kv.free_tokens(), kv.used_tokens())))
 
