@@ -395,13 +395,17 @@ def measured_overheads(run: EngineRun, replayed: ReplayedSteps) -> dict[str, flo
 
 
 def _device_time_scale(steps: pd.DataFrame, predicted: np.ndarray, prefill: np.ndarray) -> float:
-    """The serving machine's device time over the calibration's: the median, over decode-only
-    steps, of the step's measured GPU time (`gpu_s`: replayed graphs, no host in it) over its
-    priced kernels. 1 for a run without GPU times (or without decode-only steps)."""
-    if "gpu_s" not in steps.columns or prefill.all():
+    """The run's device time over the calibration's: the median, over decode-only steps, of the
+    step's measured GPU time (`gpu_s`: replayed graphs, no host in it) over its priced kernels.
+    It takes the serving machine's speed and the decode step's unpriced device work (sampling,
+    the graph's input copies). 1 for a run without GPU times (a CPU run records 0)."""
+    if "gpu_s" not in steps.columns:
         return 1.0
-    gpu_s = steps.gpu_s.to_numpy(dtype=np.float64)[~prefill]
-    return float(np.median(gpu_s / predicted[~prefill]))
+    gpu_s = steps.gpu_s.to_numpy(dtype=np.float64)
+    usable = ~prefill & np.isfinite(gpu_s) & (gpu_s > 0) & (predicted > 0)
+    if not usable.any():
+        return 1.0
+    return float(np.median(gpu_s[usable] / predicted[usable]))
 
 
 def _fit_prefill_terms(

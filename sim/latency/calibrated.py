@@ -439,12 +439,14 @@ def _ragged(data: dict, gpu: Any, path: Path) -> RaggedDecode | None:
     try:
         a, b, e = float(entry["a"]), float(entry["b"]), float(entry["e"])
         ref = int(entry["ref_ctx"])
-    except (TypeError, KeyError, ValueError) as exc:
+    except (TypeError, KeyError, ValueError, OverflowError) as exc:
         raise CalibrationError(
             f"decode_ragged: needs numbers 'a', 'b', 'e' and 'ref_ctx', got {entry!r}"
         ) from exc
-    if not (0.0 <= a < 1.0 and b > 0.0 and e >= 0.0 and ref > 0):
-        raise CalibrationError(f"decode_ragged: needs 0 <= a < 1, b > 0, e >= 0, got {entry!r}")
+    if not (0.0 <= a < 1.0 and 0.0 < b <= 100.0 and 0.0 <= e <= 4.0 and ref > 0):
+        raise CalibrationError(
+            f"decode_ragged: needs 0 <= a < 1, 0 < b <= 100, 0 <= e <= 4, ref_ctx > 0, got {entry!r}"
+        )
     return RaggedDecode(a, b, e, ref)
 
 
@@ -458,6 +460,8 @@ def shared_reads_from(entry: Any) -> SharedReads | None:
         raise CalibrationError(
             f"decode_shared_reads: needs numbers 'rho' and 'p', got {entry!r}"
         ) from exc
-    if not (0.0 < rho < 1.0 and p >= 1.0):
-        raise CalibrationError(f"decode_shared_reads: needs 0 < rho < 1 and p >= 1, got {entry!r}")
+    if not (0.0 < rho < 1.0 and 1.0 <= p <= 64.0):
+        raise CalibrationError(
+            f"decode_shared_reads: needs 0 < rho < 1 and 1 <= p <= 64, got {entry!r}"
+        )
     return SharedReads(rho, p)

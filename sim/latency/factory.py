@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.config import GpuConfig, ModelConfig
+from sim.config import ConfigError, GpuConfig, ModelConfig
 from sim.latency.base import LatencyModel, StepOverhead
 from sim.latency.calibrated import calibrated_latency_for
 from sim.latency.roofline import RooflineLatency
@@ -17,6 +17,11 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
     """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline;
     plus the GPU's fixed per-step overhead when it has one (`gpu.step_overhead_s`)."""
     calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
+    if calibrated is None and (gpu.shared_page_reads == "l2" or gpu.ragged_decode == "measured"):
+        raise ConfigError(
+            "gpu.shared_page_reads: l2 and gpu.ragged_decode: measured need a calibration file "
+            f"with a table for {model.name} at tp {tp} (gpu.calibration); this GPU has none"
+        )
     priced = calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
     terms = (
         gpu.step_overhead_s,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -117,3 +118,21 @@ def test_the_device_time_scale_is_the_decode_steps_gpu_time_over_their_price(tmp
     steps.to_csv(steps_path, index=False)
     result, _ = validate(tmp_path)
     assert result["measured_device_time_scale"] == pytest.approx(1.1, rel=1e-9)
+    assert result["measured_step_overhead_s"] == 0.0  # priced 10% over what the steps took
+
+
+def test_a_steps_cost_runs_to_the_next_start_unless_the_engine_went_idle():
+    from kvsched.validate import measured_step_s
+
+    steps = pd.DataFrame(
+        {
+            "start_s": [0.0, 0.0105, 0.5],
+            "duration_s": [0.010, 0.010, 0.010],
+            "sched_s": [0.0002, 0.0003, 0.0004],
+        }
+    )
+    busy_after = np.array([True, False, True])
+    cost = measured_step_s(steps, busy_after)
+    # step 0: to the next start (its duration, its apply, the loop, the next schedule); step 1:
+    # the engine went idle after it, so duration + sched; the last step: the same
+    assert cost.tolist() == pytest.approx([0.0105, 0.0103, 0.0104], abs=1e-12)
