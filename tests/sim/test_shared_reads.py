@@ -207,3 +207,13 @@ def test_a_term_asked_for_without_its_entry_names_the_field_and_the_way_out(
     with pytest.raises(CalibrationError, match=f"gpu.{field}: {value} needs a {key} entry"):
         calibrated_latency_for(cfg.model, gpu, 1, tmp_path)
     assert calibrated_latency_for(cfg.model, cfg.gpu, 1, tmp_path) is not None  # off: fine
+
+
+def test_a_measured_term_without_a_calibrated_table_is_a_config_error():
+    from sim.config import ConfigError
+
+    cfg = parse_config({"model": "llama-3-8b", "gpu": "h100", "node": {"num_gpus": 1, "tp": 1}})
+    assert cfg.gpu.calibration is None
+    with pytest.raises(ConfigError, match="need a calibration file"):
+        make_latency_model(cfg.model, cfg.gpu.model_copy(update={"ragged_decode": "measured"}), 1)
+    make_latency_model(cfg.model, cfg.gpu, 1)  # the roofline, as before
