@@ -107,5 +107,5 @@ class Scored:
     def priority_floor(self, stats: PageStats, pages: np.ndarray) -> np.ndarray:
         """The length term alone (the frequency term is >= 0): a lower bound at any time, and the
         very float the priority adds it as."""
-        prefix_tokens = stats.prefix_pages[pages] * stats.page_size
+        prefix_tokens = stats.prefix_pages[pages] * np.int64(stats.page_size)  # (int32 pages)
         return self.p.length_weight * prefix_tokens / 1000.0

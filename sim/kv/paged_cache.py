@@ -79,8 +79,12 @@ class PagedKVCache:
             eviction.priority_floor if isinstance(eviction, FlooredEviction) else None
         )
         self._last_bound = -np.inf  # the last screen's bound on the k-th priority (a hint)
+        # Carrying a shortlist pays where scoring a page costs more than carrying it: a floored
+        # policy (scored); a last-access or count lookup (lru, lfu, fifo) ranks the pool as fast.
         self._shortlist = (
-            Shortlist(eviction) if isinstance(eviction, DriftBoundedEviction) else None
+            Shortlist(eviction)
+            if isinstance(eviction, DriftBoundedEviction) and self._floor is not None
+            else None
         )
         self.admission = admission
         self.eviction_batch_pages = eviction_batch_pages
@@ -90,7 +94,7 @@ class PagedKVCache:
         self.stats = PageStats(
             last_access_s=np.zeros(num_pages),
             created_s=np.zeros(num_pages),
-            hit_count=np.zeros(num_pages, dtype=np.int64),
+            hit_count=np.zeros(num_pages, dtype=np.int32),
             depth=self.index.depth,
             prefix_pages=self.index.prefix_pages,
             page_size=page_size,

@@ -33,7 +33,7 @@ class PrefixDepths:
     def __init__(self, parent: np.ndarray, depth: np.ndarray, lazy: bool):
         num_pages = parent.shape[0]
         self.parent, self.depth = parent, depth  # the index's links (read only)
-        self.values = np.zeros(num_pages, dtype=np.int64)  # prefix_pages, once settled
+        self.values = np.zeros(num_pages, dtype=np.int32)  # prefix_pages, once settled
         self.lazy = lazy
         # chain tail -> (its ancestors root first in buffer[:length], buffer, depth to raise to);
         # the buffer has room to grow

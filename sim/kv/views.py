@@ -13,9 +13,9 @@ class PageStats:
 
     last_access_s: np.ndarray  # float64: last time a request hit the page or stopped reading it
     created_s: np.ndarray  # float64: when the page was indexed
-    hit_count: np.ndarray  # int64: requests that used it since it was indexed (its creator counts)
-    depth: np.ndarray  # int64: 1-based position of the page in its prefix
-    prefix_pages: np.ndarray  # int64: pages of the longest prefix indexed through it (>= depth)
+    hit_count: np.ndarray  # int32: requests that used it since it was indexed (its creator counts)
+    depth: np.ndarray  # int32: 1-based position of the page in its prefix
+    prefix_pages: np.ndarray  # int32: pages of the longest prefix indexed through it (>= depth)
     page_size: int
 
 

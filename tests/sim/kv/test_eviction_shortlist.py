@@ -13,6 +13,7 @@ from policies.eviction import FIFO, LFU, LRU, Scored, ScoredParams
 from sim.kv.hashing import page_keys
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
+from sim.kv.shortlist import Shortlist
 
 PAGE = 4
 POLICIES = {
@@ -36,8 +37,8 @@ def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, res
         race_window_s=max(race_s, 0.0),
         protected=ProtectedZone(num_pages, 0.5, 4, num_pages // 4) if zone else None,
     )
-    if cache._shortlist is not None:
-        cache._shortlist.reserve = reserve
+    # (lru, lfu and fifo rank every page each round: they can carry a shortlist all the same)
+    cache._shortlist = Shortlist(cache.eviction, reserve)
     return cache
 
 
