@@ -25,24 +25,31 @@ class ProtectedZone:
         self.counts = np.zeros(num_pages, dtype=np.int32)  # window requests that reused the page
         self.generation = np.zeros(num_pages, dtype=np.int32)  # bumped when a page leaves the index
         self._recent: deque[tuple[np.ndarray, np.ndarray]] = deque()  # (pages, their generations)
+        self.num_hot = 0  # pages at min_count or more: none (the usual case) skips the pool scan
 
     def on_request(self, pages: list[int]) -> None:
         """A request was admitted and reused `pages` (possibly none: it still counts in the window)."""
         arr = np.asarray(pages, dtype=np.int64)
         self.counts[arr] += 1
+        self.num_hot += int(np.count_nonzero(self.counts[arr] == self.min_count))
         self._recent.append((arr, self.generation[arr]))
         if len(self._recent) > self.window:
             old, gen = self._recent.popleft()
             still = old[self.generation[old] == gen]  # pages re-indexed since are new content
+            self.num_hot -= int(np.count_nonzero(self.counts[still] == self.min_count))
             self.counts[still] -= 1
 
     def on_removed(self, pages: np.ndarray) -> None:
         """Pages left the index: their counts belong to content that is gone."""
+        if self.num_hot:
+            self.num_hot -= int(np.count_nonzero(self.counts[pages] >= self.min_count))
         self.counts[pages] = 0
         self.generation[pages] += 1
 
     def pages(self, depth: np.ndarray) -> np.ndarray:
         """int64: the protected pages now (most reused first, then shallower, then lower id)."""
+        if self.num_hot == 0:
+            return np.zeros(0, dtype=np.int64)
         hot = np.flatnonzero(self.counts >= self.min_count)
         if hot.size > self.max_pages:
             order = np.lexsort((hot, depth[hot], -self.counts[hot]))
