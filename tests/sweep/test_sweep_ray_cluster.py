@@ -68,10 +68,14 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _wait_for_nodes(address: str, count: int, procs: list, env: dict) -> None:
-    """Until the cluster lists `count` alive nodes (a driver that connects and leaves)."""
+    """Until the cluster lists `count` alive nodes and schedules on all of them: their CPUs are
+    in the cluster's resources (a node can be alive before the scheduler counts its CPU, and
+    then every point runs on the head). A driver that connects and leaves."""
     code = (
         "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
-        "print(sum(n['Alive'] for n in ray.nodes()))"
+        "alive = sum(n['Alive'] for n in ray.nodes()); "
+        "cpus = int(ray.available_resources().get('CPU', 0)); "
+        "print(min(alive, cpus))"
     )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
