@@ -84,3 +84,12 @@ def tiny_config(duration_s: float = 10, **fields) -> dict:
         },
         **fields,
     }
+
+
+def assert_same_cache_state(a, b) -> None:
+    """Two PagedKVCache instances that replayed the same requests ended in the same state:
+    pages evicted (in all and by prefix depth), free pages, indexed pages."""
+    assert a.num_evicted_pages == b.num_evicted_pages
+    assert (a.evicted_by_depth == b.evicted_by_depth).all()
+    assert (a.pool.free_pages() == b.pool.free_pages()).all()
+    assert (a.index.indexed == b.index.indexed).all()

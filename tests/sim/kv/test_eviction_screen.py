@@ -13,6 +13,7 @@ from policies.eviction import Scored, ScoredParams
 from sim.kv.hashing import page_keys
 from sim.kv.paged_cache import FlooredEviction, PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
+from tests.helpers import assert_same_cache_state
 
 PAGE = 4
 
@@ -75,10 +76,7 @@ def test_screened_rounds_evict_what_the_full_ranking_evicts(
     assert isinstance(screened.eviction, FlooredEviction)
     full._floor, full._shortlist = None, None  # the reference: every candidate ranked
     assert replay(screened, seed, 40) == replay(full, seed, 40)
-    assert screened.num_evicted_pages == full.num_evicted_pages
-    assert (screened.evicted_by_depth == full.evicted_by_depth).all()
-    assert (screened.pool.free_pages() == full.pool.free_pages()).all()
-    assert (screened.index.indexed == full.index.indexed).all()
+    assert_same_cache_state(screened, full)
 
 
 def test_the_floor_is_under_the_priority():

@@ -14,6 +14,7 @@ from sim.kv.hashing import page_keys
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.shortlist import Shortlist
+from tests.helpers import assert_same_cache_state
 
 PAGE = 4
 POLICIES = {
@@ -90,10 +91,7 @@ def test_shortlisted_rounds_evict_what_the_full_ranking_evicts(
     assert shortlisted._shortlist is not None
     full._shortlist = None  # the reference: every candidate ranked every round
     assert replay(shortlisted, seed, 60) == replay(full, seed, 60)
-    assert shortlisted.num_evicted_pages == full.num_evicted_pages
-    assert (shortlisted.evicted_by_depth == full.evicted_by_depth).all()
-    assert (shortlisted.pool.free_pages() == full.pool.free_pages()).all()
-    assert (shortlisted.index.indexed == full.index.indexed).all()
+    assert_same_cache_state(shortlisted, full)
 
 
 def test_most_rounds_score_the_shortlist_only():
