@@ -131,10 +131,10 @@ def ray_cluster(tmp_path):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def test_sweep_on_two_raylets_equals_local(ray_cluster, tmp_path):
-    address, env = ray_cluster
-    out = tmp_path / "ray"
-    env = {**env, "RAY_ADDRESS": address}
+SWEEP_TRIES = 3  # Ray's SPREAD is best effort: a sweep may run every point on one raylet
+
+
+def _sweep_on_ray(out: Path, env: dict) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "kvsched.cli", "sweep", str(SWEEP), "--out", str(out), "--ray"]
         + ["--quiet", "--no-report"],
@@ -145,11 +145,25 @@ def test_sweep_on_two_raylets_equals_local(ray_cluster, tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+def test_sweep_on_two_raylets_equals_local(ray_cluster, tmp_path):
+    """Every sweep on the cluster gives the local table; the points spread over both raylets
+    (SPREAD scheduling is best effort, so within a few sweeps, not necessarily the first)."""
+    address, env = ray_cluster
+    env = {**env, "RAY_ADDRESS": address}
     local = run_sweep(load_sweep(SWEEP), tmp_path / "local", workers=1, show_progress=False)
-    ray_table = pd.read_csv(out / "sweep.csv").drop(columns="wall_s")
     local_table = pd.read_csv(tmp_path / "local" / "sweep.csv").drop(columns="wall_s")
     assert local.num_done == len(local_table) == 4
-    pd.testing.assert_frame_equal(ray_table, local_table)
-    journal = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
-    nodes = {r["ray_node_id"] for r in journal}
-    assert len(journal) == 4 and len(nodes) == 2, nodes  # both raylets ran points
+    seen: set = set()
+    for attempt in range(SWEEP_TRIES):
+        out = tmp_path / f"ray{attempt}"
+        _sweep_on_ray(out, env)
+        ray_table = pd.read_csv(out / "sweep.csv").drop(columns="wall_s")
+        pd.testing.assert_frame_equal(ray_table, local_table)
+        journal = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+        assert len(journal) == 4
+        seen |= {r["ray_node_id"] for r in journal}
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2, seen  # both raylets ran points
