@@ -81,24 +81,38 @@ def _groups(
     return groups
 
 
+def span_groups(
+    items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None
+) -> list[tuple[int, int]] | None:
+    """`shared_prefix_groups` of the batch and of every decode step it runs on (its decodes
+    append pages of their own only); None when a group's share is held down by a member's last
+    page, which becomes a shared one as that member decodes on."""
+    groups = _groups(items, page_size, memo)
+    if any(capped for *_, capped in groups):
+        return None
+    return [(size, tokens) for size, tokens, _ in groups]
+
+
+def reread_tokens(groups: list[tuple[int, int]]) -> int:
+    """Tokens the step's decodes read that another decode of the step reads too: each group
+    reads its shared prefix once for every member but the first."""
+    return sum((size - 1) * tokens for size, tokens in groups)
+
+
 def shared_reads(
     items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None = None
 ) -> int:
-    """Tokens the step's decodes read that another decode of the step reads too: each group
-    reads its shared prefix once for every member but the first."""
-    return sum((size - 1) * tokens for size, tokens, _ in _groups(items, page_size, memo))
+    """`reread_tokens` of the step's sharing groups."""
+    return reread_tokens(shared_prefix_groups(items, page_size, memo))
 
 
 def span_shared_reads(
     items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None
 ) -> int | None:
-    """`shared_reads` of the batch and of every decode step it runs on (its decodes append pages
-    of their own only); None when a group's share is held down by a member's last page, which
-    becomes a shared one as that member decodes on."""
-    groups = _groups(items, page_size, memo)
-    if any(capped for *_, capped in groups):
-        return None
-    return sum((size - 1) * tokens for size, tokens, _ in groups)
+    """`shared_reads` of the batch and of every decode step it runs on (None: see
+    `span_groups`)."""
+    groups = span_groups(items, page_size, memo)
+    return None if groups is None else reread_tokens(groups)
 
 
 def longest_decode(items: list[BatchItem]) -> int:
@@ -153,24 +167,12 @@ class DecodeBatchExecutor(ModelledExecutor):
         ]
 
 
-class CascadeExecutor(ModelledExecutor):
+class CascadeExecutor(DecodeBatchExecutor):
     """The modelled executor with a cascade decode kernel: decode contexts shrink to their
     tails, plus one prefix pass for all groups.
 
     The engine launches the cascade only when it is faster than the plain kernel for the step
     (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
-
-    def __init__(self, latency: LatencyModel, transfer: RemoteTransfer | None, page_size: int):
-        super().__init__(latency, transfer)
-        self.page_size = page_size
-        self._common: CommonPrefixMemo = {}
-
-    def prices_decode_by_sum(self) -> bool:
-        return False  # shared-prefix groups come from the block tables
-
-    def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
-        """Groups depend on the block tables, not only on the context sum: price the step."""
-        return self.run_step(node_id, step, now)
 
     def compute_s(self, step: Step) -> float:
         groups = shared_prefix_groups(step.items, self.page_size, self._common)
@@ -182,20 +184,19 @@ class CascadeExecutor(ModelledExecutor):
         unless a member's last page holds a group's share down (then no span)."""
         if self.transfer is not None:
             return None
-        groups = _groups(step.items, self.page_size, self._common)
-        if any(capped for *_, capped in groups):
+        groups = span_groups(step.items, self.page_size, self._common)
+        if groups is None:
             return None
-        shared = [(size, tokens) for size, tokens, _ in groups]
         num_decode, longest = len(step.items), longest_decode(step.items)
         return [
-            self._price(StepShape([], [], num_decode, ctx_sum), shared, longest + k)
+            self._price(StepShape([], [], num_decode, ctx_sum), groups, longest + k)
             for k, ctx_sum in enumerate(ctx_sums, start=1)
         ]
 
     def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
         """The cheaper of the plain kernel (its shared pages re-read from L2 and its longest
         context, where the model prices those) and the cascade (tails plus one prefix pass)."""
-        shape.decode_shared_tokens = sum((size - 1) * tokens for size, tokens in groups)
+        shape.decode_shared_tokens = reread_tokens(groups)
         shape.decode_ctx_max = longest
         plain_s = self.latency.shape_time_s(shape)
         if not groups:
