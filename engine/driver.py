@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 
 from engine.runner import GpuExecutor
 from sim.metrics import Recorder
-from sim.scheduler import Scheduler
+from sim.scheduler import Scheduler, SchedulerQueues
 from sim.steps import step_row
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class RunResult:
     series: Recorder | None = None  # timeseries.csv rows, sampled as the simulator samples
 
 
-class EngineNode:
+class EngineNode(SchedulerQueues):
     """The node as `sim.metrics.Recorder` samples it (its KV usage and queues), read from the
     engine's scheduler: an engine run's timeseries.csv has the simulator's columns."""
 
@@ -46,18 +46,6 @@ class EngineNode:
 
     def __init__(self, scheduler: Scheduler, node_cfg):
         self.scheduler, self.kv, self.cfg = scheduler, scheduler.kv, node_cfg
-
-    @property
-    def waiting_prompt_tokens(self) -> int:
-        return self.scheduler.waiting_prompt_tokens
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self.scheduler.waiting)
-
-    @property
-    def num_running(self) -> int:
-        return len(self.scheduler.running)
 
 
 class EngineCluster:

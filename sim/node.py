@@ -37,11 +37,11 @@ from simpy.core import URGENT
 from sim.config import NodeConfig
 from sim.executor import StepExecutor
 from sim.kv.protocol import KVManager
-from sim.scheduler import Scheduler, Step
+from sim.scheduler import Scheduler, SchedulerQueues, Step
 from sim.sequence import Sequence
 
 
-class Node:
+class Node(SchedulerQueues):
     def __init__(
         self,
         env: simpy.Environment,
@@ -127,16 +127,6 @@ class Node:
             self._sync()
         return self.scheduler.running
 
-    @property
-    def num_waiting(self) -> int:
-        """len(waiting), without bringing a span up to date (a span never changes the queues)."""
-        return len(self.scheduler.waiting)
-
-    @property
-    def num_running(self) -> int:
-        """len(running), likewise."""
-        return len(self.scheduler.running)
-
     def free_tokens(self) -> int:
         """kv.free_tokens() as the step-by-step driver shows it now, without bringing a span up
         to date: its steps not applied yet take only new pages from the free list."""
@@ -172,10 +162,6 @@ class Node:
     @property
     def num_preemptions(self) -> int:
         return self.scheduler.num_preemptions
-
-    @property
-    def waiting_prompt_tokens(self) -> int:
-        return self.scheduler.waiting_prompt_tokens
 
     @property
     def headroom_tokens(self) -> int:

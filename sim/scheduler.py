@@ -283,3 +283,23 @@ class Scheduler:
         self.kv.free(seq)
         seq.status = Status.FINISHED
         seq.finish_s = now
+
+
+class SchedulerQueues:
+    """A node's queue sizes, read from its scheduler, for the readers that look at nodes from
+    outside (router views, the time-series sampler): `Node` in the simulator, `EngineNode` in
+    the engine. A decode span never changes the queues, so reading them needs no sync."""
+
+    scheduler: Scheduler
+
+    @property
+    def waiting_prompt_tokens(self) -> int:
+        return self.scheduler.waiting_prompt_tokens
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
