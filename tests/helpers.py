@@ -93,3 +93,25 @@ def assert_same_cache_state(a, b) -> None:
     assert (a.evicted_by_depth == b.evicted_by_depth).all()
     assert (a.pool.free_pages() == b.pool.free_pages()).all()
     assert (a.index.indexed == b.index.indexed).all()
+
+
+def random_prompt(rng: np.random.Generator, heads: list[np.ndarray], page: int) -> np.ndarray:
+    """One of `heads` (shared prefixes) and a random tail of whole and part pages."""
+    tail = rng.integers(0, 50, size=page * int(rng.integers(0, 8)) + int(rng.integers(0, 3)))
+    return np.concatenate([heads[int(rng.integers(0, len(heads)))], tail]).astype(np.int32)
+
+
+def place_prompt(cache, tokens: np.ndarray, page: int, now: float):
+    """Admit a prompt into a PagedKVCache as the KV manager does: match its cached prefix,
+    allocate the rest, store every full page. (the pages allocated or None, all its pages)."""
+    from sim.kv.hashing import page_keys
+
+    keys = page_keys(tokens, page)
+    match = cache.match_prefix(keys, tokens, now)
+    allocated = cache.allocate(-(-tokens.size // page) - len(match.pages), now)
+    if allocated is None:
+        cache.release(list(match.pages), now)
+        return None, []
+    pages = list(match.pages) + allocated
+    cache.store_pages(pages, keys, tokens, len(match.pages), tokens.size // page, now)
+    return allocated, pages

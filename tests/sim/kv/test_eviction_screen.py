@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 
 from policies.admission import Always, NoParams
 from policies.eviction import Scored, ScoredParams
-from sim.kv.hashing import page_keys
 from sim.kv.paged_cache import FlooredEviction, PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
-from tests.helpers import assert_same_cache_state
+from tests.helpers import assert_same_cache_state, place_prompt, random_prompt
 
 PAGE = 4
 
@@ -38,20 +37,13 @@ def replay(c: PagedKVCache, seed: int, steps: int) -> list[list[int]]:
     got, now = [], 0.0
     for _ in range(steps):
         now += float(rng.choice([0.0, 0.5, 7.0, 90.0]))  # ties in time, and long idles
-        tail = rng.integers(0, 50, size=PAGE * int(rng.integers(0, 8)) + int(rng.integers(0, 3)))
-        tokens = np.concatenate([heads[int(rng.integers(0, 3))], tail]).astype(np.int32)
+        tokens = random_prompt(rng, heads, PAGE)
         if tokens.size < 2:
             continue
-        keys = page_keys(tokens, PAGE)
-        match = c.match_prefix(keys, tokens, now)
-        need = -(-tokens.size // PAGE) - len(match.pages)
-        pages = c.allocate(need, now)
-        got.append(pages)
-        if pages is None:
-            c.release(list(match.pages), now)
+        allocated, pages = place_prompt(c, tokens, PAGE, now)
+        got.append(allocated)
+        if allocated is None:
             continue
-        pages = list(match.pages) + pages
-        c.store_pages(pages, keys, tokens, len(match.pages), tokens.size // PAGE, now)
         c.end_epoch(now)
         c.release(pages, now + float(rng.choice([0.0, 0.2])))
     return got

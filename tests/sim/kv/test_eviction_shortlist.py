@@ -10,11 +10,10 @@ from hypothesis import strategies as st
 
 from policies.admission import Always, NoParams
 from policies.eviction import FIFO, LFU, LRU, Scored, ScoredParams
-from sim.kv.hashing import page_keys
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.shortlist import Shortlist
-from tests.helpers import assert_same_cache_state
+from tests.helpers import assert_same_cache_state, place_prompt, random_prompt
 
 PAGE = 4
 POLICIES = {
@@ -53,19 +52,11 @@ def replay(c: PagedKVCache, seed: int, steps: int) -> list[list[int] | None]:
     now = 0.0
     for _ in range(steps):
         now += float(rng.choice([0.0, 0.01, 0.5, 7.0, 90.0]))  # ties in time, and long idles
-        tail = rng.integers(0, 50, size=PAGE * int(rng.integers(0, 8)) + int(rng.integers(0, 3)))
-        tokens = np.concatenate([heads[int(rng.integers(0, 3))], tail]).astype(np.int32)
+        tokens = random_prompt(rng, heads, PAGE)
         if tokens.size >= 2:
-            keys = page_keys(tokens, PAGE)
-            match = c.match_prefix(keys, tokens, now)
-            need = -(-tokens.size // PAGE) - len(match.pages)
-            pages = c.allocate(need, now)
-            got.append(pages)
-            if pages is None:
-                c.release(list(match.pages), now)
-            else:
-                pages = list(match.pages) + pages
-                c.store_pages(pages, keys, tokens, len(match.pages), tokens.size // PAGE, now)
+            allocated, pages = place_prompt(c, tokens, PAGE, now)
+            got.append(allocated)
+            if allocated is not None:
                 running.append(pages)
         c.end_epoch(now)
         while running and (len(running) > 3 or rng.random() < 0.5):
