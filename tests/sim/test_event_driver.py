@@ -216,28 +216,25 @@ def test_decode_spans_are_the_same_both_ways(w):
     assert_same(ref, fast)
 
 
-def test_decode_spans_run_and_are_exact():
-    """Long decodes, prefix caching off, two nodes, Poisson arrivals: most steps run inside
-    spans, and the results are the reference's."""
-    raw = {
-        "seed": 3,
-        "duration_s": 30.0,
+def two_nodes_without_reuse(seed: int, duration_s: float, **params) -> dict:
+    """Two llama-3-8b nodes without a prefix cache, Poisson arrivals of unshared prompts of
+    100 tokens and up (`params`: rate, input_max, output_min, output_max)."""
+    workload = {"arrival": "poisson", "input_min": 100, **params}
+    return {
+        "seed": seed,
+        "duration_s": duration_s,
         "model": "llama-3-8b",
         "node": {"num_gpus": 1, "tp": 1},
         "cache": {"prefix_cache": False},
         "cluster": {"num_nodes": 2},
-        "workload": {
-            "name": "no_sharing",
-            "params": {
-                "arrival": "poisson",
-                "rate": 3.0,
-                "input_min": 100,
-                "input_max": 2000,
-                "output_min": 50,
-                "output_max": 800,
-            },
-        },
+        "workload": {"name": "no_sharing", "params": workload},
     }
+
+
+def test_decode_spans_run_and_are_exact():
+    """Long decodes, prefix caching off, two nodes, Poisson arrivals: most steps run inside
+    spans, and the results are the reference's."""
+    raw = two_nodes_without_reuse(3, 30.0, rate=3.0, input_max=2000, output_min=50, output_max=800)
     ref, fast = run_both(raw, "paged")
     assert_same(ref, fast)
     assert fast[6] > fast[3] // 2  # steps inside spans: most of them
@@ -247,25 +244,7 @@ def test_decode_spans_run_and_are_exact():
 def test_free_and_used_tokens_mid_span_are_the_synced_ones():
     """Node.free_tokens()/used_tokens() (what the router's views read) answer mid-span without
     bringing the span up to date, and equal what the node shows once it is."""
-    raw = {
-        "seed": 5,
-        "duration_s": 12.0,
-        "model": "llama-3-8b",
-        "node": {"num_gpus": 1, "tp": 1},
-        "cache": {"prefix_cache": False},
-        "cluster": {"num_nodes": 2},
-        "workload": {
-            "name": "no_sharing",
-            "params": {
-                "arrival": "poisson",
-                "rate": 2.0,
-                "input_min": 100,
-                "input_max": 1500,
-                "output_min": 100,
-                "output_max": 600,
-            },
-        },
-    }
+    raw = two_nodes_without_reuse(5, 12.0, rate=2.0, input_max=1500, output_min=100, output_max=600)
     cfg = resolve_arms(raw, ["paged"])["paged"]
     workload = make_workload(cfg.workload.name, cfg.workload.params, np.random.default_rng(0))
     cluster = Cluster(cfg, workload, np.random.default_rng(1), make_policy)
