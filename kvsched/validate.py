@@ -433,18 +433,20 @@ def _fit_prefill_terms(
     return float(TOKEN_GRID_S[at_i]), float(EXTRA_GRID_S[at_e]), floors
 
 
+def _with_gpu(run: EngineRun, fields: dict) -> EngineRun:
+    """The run with these `gpu.` fields in its config."""
+    gpu = run.cfg.gpu.model_copy(update=fields)
+    return EngineRun(run.cfg.model_copy(update={"gpu": gpu}), run.requests, run.steps)
+
+
 def _pricing(run: EngineRun, decode_terms: dict[str, str] | None) -> EngineRun:
     """The run priced with these `gpu.` decode terms instead of its config's."""
-    if not decode_terms:
-        return run
-    gpu = run.cfg.gpu.model_copy(update=decode_terms)
-    return EngineRun(run.cfg.model_copy(update={"gpu": gpu}), run.requests, run.steps)
+    return _with_gpu(run, decode_terms) if decode_terms else run
 
 
 def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> EngineRun:
     """The run's config with per-step overheads measured elsewhere (a held-out run)."""
-    gpu = run.cfg.gpu.model_copy(update={**overheads, "step_overhead_source": source})
-    return EngineRun(run.cfg.model_copy(update={"gpu": gpu}), run.requests, run.steps)
+    return _with_gpu(run, {**overheads, "step_overhead_source": source})
 
 
 # -- serving: the simulator on the same requests -----------------------------------------------
