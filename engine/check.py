@@ -301,26 +301,40 @@ def decode_shared_pages(
     chosen by the kernel's heuristic, against the same lengths on distinct pages (G = B), with
     the batch's `sharing`. The decode table is measured on distinct pages; a shared page read
     again by another program of the same launch may come from L2."""
+    k, v = _kv_pool(shape, pool_pages, device)
+    out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
+    for batch, groups, lens, table, member in shared_layouts(prefix, pool_pages, batches, tails):
+        if groups == batch:  # a new batch: its queries
+            q = _queries(shape, batch, device)
+        ms = _decode_layer_ms(q, k, v, table, lens)
+        out[f"b{batch}_g{groups}"] = {"ms": ms, **sharing(prefix, lens, member)}
+    return out
+
+
+def _kv_pool(shape, pool_pages: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's K and V pools of random bf16 pages."""
+    k = torch.randn(
+        pool_pages, shape.num_kv_heads, PAGE, shape.head_dim, device=device, dtype=torch.bfloat16
+    )
+    return k, torch.randn_like(k)
+
+
+def _queries(shape, batch: int, device) -> torch.Tensor:
+    return torch.randn(
+        batch, shape.num_q_heads, shape.head_dim, device=device, dtype=torch.bfloat16
+    )
+
+
+def _decode_layer_ms(q, k, v, table: np.ndarray, lens: np.ndarray) -> float:
+    """ms of one paged decode call over these block tables and lengths, timed as the calibration
+    times the decode table (kernels.bench.bench_ms; on CPU, in tests: one call's wall time)."""
     from kernels.bench import bench_ms
     from kernels.paged_decode import paged_decode_attention
 
-    hkv, d = shape.num_kv_heads, shape.head_dim
-    k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
-    v = torch.randn_like(k)
-    out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
-    for batch, groups, lens, table, member in shared_layouts(prefix, pool_pages, batches, tails):
-        if groups == batch:  # a new batch: its queries and lengths
-            q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
-            seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
-        t = torch.from_numpy(table).to(device)
-        kw = dict(max_seq_len=int(lens.max()), total_tokens=int(lens.sum()))
-
-        def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
-            paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
-
-        ms = bench_ms(call)  # on CPU (tests): the wall time of one call
-        out[f"b{batch}_g{groups}"] = {"ms": ms, **sharing(prefix, lens, member)}
-    return out
+    t = torch.from_numpy(table).to(q.device)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    kw = dict(max_seq_len=int(lens.max()), total_tokens=int(lens.sum()))
+    return bench_ms(lambda: paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw))
 
 
 def ragged_lengths(rng, batch: int, mean: int, sigma: float) -> np.ndarray:
@@ -338,16 +352,11 @@ def decode_ragged(shape, device, batches=(8, 16, 25, 32, 64), means=(2048, 8192)
     times it) for batches of unequal lengths: the calibration's decode table is measured on
     equal lengths and priced at the batch's mean, while a serving batch is ragged (a long
     context beside short ones). ms per call with its lengths' max / mean."""
-    from kernels.bench import bench_ms
-    from kernels.paged_decode import paged_decode_attention
-
-    hkv, d = shape.num_kv_heads, shape.head_dim
-    k = torch.randn(pool_pages, hkv, PAGE, d, device=device, dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+    k, v = _kv_pool(shape, pool_pages, device)
     rng = np.random.default_rng(6)
     out: dict = {"pool_pages": pool_pages}
     for batch in batches:
-        q = torch.randn(batch, shape.num_q_heads, d, device=device, dtype=torch.bfloat16)
+        q = _queries(shape, batch, device)
         for mean in means:
             for sigma in sigmas:
                 lens = ragged_lengths(rng, batch, mean, sigma)
@@ -358,15 +367,8 @@ def decode_ragged(shape, device, batches=(8, 16, 25, 32, 64), means=(2048, 8192)
                 table = np.zeros((batch, int(pages.max())), dtype=np.int32)
                 for i, row in enumerate(np.split(perm, np.cumsum(pages)[:-1])):
                     table[i, : len(row)] = row
-                t = torch.from_numpy(table).to(device)
-                seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
-                kw = dict(max_seq_len=int(lens.max()), total_tokens=int(lens.sum()))
-
-                def call(t=t, kw=kw, q=q, seq_lens=seq_lens):
-                    paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw)
-
                 out[f"b{batch}_m{mean}_s{sigma}"] = {
-                    "ms": bench_ms(call),
+                    "ms": _decode_layer_ms(q, k, v, table, lens),
                     "kv_tokens": int(lens.sum()),
                     "max_len": int(lens.max()),
                     "max_over_mean": float(lens.max() / lens.mean()),

@@ -40,3 +40,14 @@ def test_ragged_lengths_keep_the_mean_and_spread_with_sigma():
     for lens in spread:
         assert abs(lens.mean() - 4096) < 0.01 * 4096 and lens.min() >= 16
     assert spread[1].max() / spread[1].mean() > spread[0].max() / spread[0].mean()
+
+
+def test_ragged_table_times_equal_and_ragged_batches_of_the_same_mean():
+    from engine.check import decode_ragged
+
+    heads = attention_shard("llama-3-8b", 8)
+    out = decode_ragged(heads, "cpu", batches=(3,), means=(40,), sigmas=(0.0, 0.7), pool_pages=64)
+    equal, ragged = out["b3_m40_s0.0"], out["b3_m40_s0.7"]
+    assert equal["kv_tokens"] == 120 and equal["max_over_mean"] == 1.0
+    assert abs(ragged["kv_tokens"] - 120) <= 3 and ragged["max_over_mean"] > 1.0
+    assert equal["ms"] > 0 and ragged["ms"] > 0
