@@ -411,7 +411,71 @@ def decode_step_shared(
     return out
 
 
-PARTS = ("decode_shared_pages", "decode_step_shared", "decode_ragged")
+def _table(rows: list[list[int]], pages: np.ndarray) -> np.ndarray:
+    """Block tables of page indices `rows` (padded with page 0) mapped through `pages`."""
+    table = np.zeros((len(rows), max(map(len, rows))), dtype=np.int32)
+    for i, row in enumerate(rows):
+        table[i, : len(row)] = pages[row]
+    return table
+
+
+def as_runs(row: list[int]) -> list[list[int]]:
+    """[first, count] runs of consecutive page indices."""
+    runs: list[list[int]] = []
+    for p in row:
+        if runs and runs[-1][0] + runs[-1][1] == p:
+            runs[-1][1] += 1
+        else:
+            runs.append([p, 1])
+    return runs
+
+
+def step_layout(decodes: list[tuple[list[int], int]], page_size: int) -> dict:
+    """One served step's decodes ((pages, context)) with their pages renumbered in first-seen
+    order, so pages the step's decodes share keep one index; `served_rows` reads it back."""
+    ids: dict[int, int] = {}
+    lens, tables = [], []
+    for pages, ctx in decodes:
+        row = [ids.setdefault(p, len(ids)) for p in pages[: -(-ctx // page_size)]]
+        lens.append(ctx)
+        tables.append(as_runs(row))
+    return {"lens": lens, "runs": tables, "pages": len(ids)}
+
+
+def served_rows(step: dict) -> list[list[int]]:
+    """A served step's block tables (engine/runs/served_layouts.py: page indices in first-seen
+    order, stored as [first, count] runs)."""
+    return [[p for first, n in runs for p in range(first, first + n)] for runs in step["runs"]]
+
+
+def decode_served(shape, device, steps: list[dict], pool_pages=49490) -> list[dict]:
+    """One layer's paged decode attention (timed as decode_shared_pages times it) on decode
+    batches a serving run ran: their own block tables (pages another decode of the step reads
+    included), the same lengths on distinct pages, and equal lengths at their mean on distinct
+    pages (what the calibration's decode table prices). Each on pages a shuffled pool hands out."""
+    k, v = _kv_pool(shape, pool_pages, device)
+    rng = np.random.default_rng(7)
+    out = []
+    for step in steps:
+        lens = np.array(step["lens"], dtype=np.int64)
+        q = _queries(shape, len(lens), device)
+        pages = -(-lens // PAGE)
+        distinct = np.split(np.arange(int(pages.sum())), np.cumsum(pages)[:-1])
+        mean = int(round(lens.mean()))
+        equal = np.split(np.arange(len(lens) * -(-mean // PAGE)), len(lens))
+        row = {}
+        for name, rows, at in (
+            ("served", served_rows(step), lens),
+            ("distinct", [r.tolist() for r in distinct], lens),
+            ("equal", [r.tolist() for r in equal], np.full(len(lens), mean)),
+        ):
+            perm = rng.permutation(pool_pages)
+            row[f"{name}_ms"] = _decode_layer_ms(q, k, v, _table(rows, perm), at)
+        out.append(row)
+    return out
+
+
+PARTS = ("decode_shared_pages", "decode_step_shared", "decode_ragged", "decode_served")
 SHARED_PREFIXES = (512, 1024, 2048, 4096, 8192)
 SHARED_BATCHES = (8, 16, 32, 64, 128, 256)
 # The attention shards the serving runs use: llama-3-8b on one GPU, the article's model at TP 2
@@ -500,6 +564,7 @@ def main() -> None:
     ap.add_argument("--prefixes", type=int, nargs="+", default=list(SHARED_PREFIXES))
     ap.add_argument("--batches", type=int, nargs="+", default=list(SHARED_BATCHES))
     ap.add_argument("--tails", type=int, nargs=2, default=[128, 384], metavar=("LO", "HI"))
+    ap.add_argument("--layouts", default=None, help="decode_served: the served batches' JSON")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.only:  # the shared-pages table: shards x prefixes x batches (those the pool holds)
@@ -513,6 +578,13 @@ def main() -> None:
                 )
                 for prefix in args.prefixes
             }
+        if args.only == "decode_served":
+            with open(args.layouts) as f:
+                served = json.load(f)
+            for run_name, layouts in served.items():
+                model, tp = SHARED_SHARDS[layouts["shard"]]
+                heads = attention_shard(model, tp)
+                result[run_name] = decode_served(heads, device, layouts["steps"])
         if args.only == "decode_ragged":
             for shard, (model, tp) in SHARED_SHARDS.items():
                 result[shard] = decode_ragged(attention_shard(model, tp), device)

@@ -51,3 +51,24 @@ def test_ragged_table_times_equal_and_ragged_batches_of_the_same_mean():
     assert equal["kv_tokens"] == 120 and equal["max_over_mean"] == 1.0
     assert abs(ragged["kv_tokens"] - 120) <= 3 and ragged["max_over_mean"] > 1.0
     assert equal["ms"] > 0 and ragged["ms"] > 0
+
+
+def test_served_layout_keeps_shared_pages_and_reads_back():
+    from engine.check import served_rows, step_layout
+
+    # two decodes sharing pages 70 and 71, a third on its own; contexts as a step counts them
+    decodes = [([70, 71, 5, 6], 60), ([70, 71, 9], 40), ([3, 4, 8, 2, 1], 70)]
+    layout = step_layout(decodes, 16)
+    assert layout["lens"] == [60, 40, 70] and layout["pages"] == 4 + 1 + 5
+    assert layout["runs"] == [[[0, 4]], [[0, 2], [4, 1]], [[5, 5]]]
+    assert served_rows(layout) == [[0, 1, 2, 3], [0, 1, 4], [5, 6, 7, 8, 9]]
+
+
+def test_served_batches_time_served_distinct_and_equal_layouts():
+    from engine.check import decode_served, step_layout
+
+    heads = attention_shard("llama-3-8b", 8)
+    step = step_layout([([7, 8, 9], 40), ([7, 8, 3], 35), ([1], 9)], 16)
+    out = decode_served(heads, "cpu", [step], pool_pages=64)
+    assert len(out) == 1 and set(out[0]) == {"served_ms", "distinct_ms", "equal_ms"}
+    assert all(ms > 0 for ms in out[0].values())
