@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sim.config import ConfigError
 from sim.request import Request, Workload
 from sim.strict_input import MAX_CLIENTS
-from workloads.tokens import keyed_tokens, random_tokens
+from workloads.tokens import TokenStream, keyed_tokens
 from workloads.trace_data import Trace
 from workloads.trace_loaders import load_trace
 
@@ -125,24 +125,26 @@ class AzurePrefix:
             keyed_tokens(k, self.tokens, PREFIX_SALT) for k in range(p.num_shared_prefixes)
         ]
 
-    def prompt(self, i: int, length: int, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+    def prompt(self, i: int, length: int, tokens: TokenStream) -> tuple[np.ndarray, bool]:
         k = int(self.prefix_of_row[i])
         if k < 0:
-            return random_tokens(rng, length), False
+            return tokens.take(length), False
         head = self.prefixes[k][: min(self.tokens, length - 1)]
-        return np.concatenate([head, random_tokens(rng, length - head.shape[0])]), True
+        return np.concatenate([head, tokens.take(length - head.shape[0])]), True
 
 
 def trace_requests(
     trace: Trace, arrivals: np.ndarray | None, rng: np.random.Generator, prefix: AzurePrefix | None
 ) -> Iterator[Request]:
-    """Requests in trace order; each prompt is built only when the request is pulled."""
+    """Requests in trace order; each prompt is built only when the request is pulled (random
+    ids drawn ahead in chunks: the same ids, nothing else draws from `rng` meanwhile)."""
+    tokens = TokenStream(rng)
     for i in range(len(trace)):
         length = int(trace.input_length[i])
         prompt, tag = trace.prompt(i), trace.format
         if prompt is None:
             prompt, shared = (
-                prefix.prompt(i, length, rng) if prefix else (random_tokens(rng, length), False)
+                prefix.prompt(i, length, tokens) if prefix else (tokens.take(length), False)
             )
             tag = "azure-shared" if shared else "azure"
         yield Request(
