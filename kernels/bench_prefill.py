@@ -455,6 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         "such as block_m may be given too",
     )
     ap.add_argument(
+        "--tune-shapes",
+        default="",
+        help="JSON {class: [[context, new], ...]}: time the candidates on these shapes instead",
+    )
+    ap.add_argument(
         "--tune-only",
         action="store_true",
         help="sweep, write --launch-configs-out after every improvement and --out, then stop",
@@ -505,6 +510,10 @@ def main(argv: list[str] | None = None) -> int:
             if cls not in cands:
                 del TUNE_SHAPES[cls]
         TUNE_CANDIDATES.update(cands)
+    if args.tune_shapes:  # these classes, in this order
+        given = load_json_arg(args.tune_shapes)
+        TUNE_SHAPES.clear()
+        TUNE_SHAPES.update({cls: [(int(c), int(n)) for c, n in v] for cls, v in given.items()})
     if args.tune_only:
         env = environment()
         log(f"# {env}")
