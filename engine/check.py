@@ -202,6 +202,13 @@ def _event_median_ms(call, reps: int) -> float:
     return float(np.median(times))
 
 
+def _step_ms(call, device: str) -> float:
+    """GPU ms of a step (`_event_median_ms`, 10 calls); on CPU (tests) one call's wall ms."""
+    if device == "cuda":
+        return _event_median_ms(call, 10)
+    return _median_s(call, reps=1) * 1e3
+
+
 def decode_conditions(shape, device, batch=25, ctx=12288, pool_pages=49490) -> dict:
     """One layer's paged decode attention (kernels.paged_decode) as the serving engine runs it,
     against the conditions the calibration measured it in: ms per call (CUDA events, median of
@@ -448,6 +455,22 @@ def served_rows(step: dict) -> list[list[int]]:
     return [[p for first, n in runs for p in range(first, first + n)] for runs in step["runs"]]
 
 
+def _served_variants(step: dict, rng, pool_pages: int):
+    """(name, block tables, lengths) of a served step: its own tables, the same lengths on
+    distinct pages, equal lengths at the mean on distinct pages; each on a shuffled pool."""
+    lens = np.array(step["lens"], dtype=np.int64)
+    pages = -(-lens // PAGE)
+    distinct = np.split(np.arange(int(pages.sum())), np.cumsum(pages)[:-1])
+    mean = int(round(lens.mean()))
+    equal = np.split(np.arange(len(lens) * -(-mean // PAGE)), len(lens))
+    for name, rows, at in (
+        ("served", served_rows(step), lens),
+        ("distinct", [r.tolist() for r in distinct], lens),
+        ("equal", [r.tolist() for r in equal], np.full(len(lens), mean)),
+    ):
+        yield name, _table(rows, rng.permutation(pool_pages)), at
+
+
 def decode_served(shape, device, steps: list[dict], pool_pages=49490) -> list[dict]:
     """One layer's paged decode attention (timed as decode_shared_pages times it) on decode
     batches a serving run ran: their own block tables (pages another decode of the step reads
@@ -457,25 +480,58 @@ def decode_served(shape, device, steps: list[dict], pool_pages=49490) -> list[di
     rng = np.random.default_rng(7)
     out = []
     for step in steps:
-        lens = np.array(step["lens"], dtype=np.int64)
-        q = _queries(shape, len(lens), device)
-        pages = -(-lens // PAGE)
-        distinct = np.split(np.arange(int(pages.sum())), np.cumsum(pages)[:-1])
-        mean = int(round(lens.mean()))
-        equal = np.split(np.arange(len(lens) * -(-mean // PAGE)), len(lens))
+        q = _queries(shape, len(step["lens"]), device)
+        out.append({
+            f"{name}_ms": _decode_layer_ms(q, k, v, table, lens)
+            for name, table, lens in _served_variants(step, rng, pool_pages)
+        })  # fmt: skip
+    return out
+
+
+def decode_step_served(shape, w, device, steps: list[dict], pool_pages=20480) -> list[dict]:
+    """Whole decode steps of the engine (every layer, CUDA graph as served; GPU ms between
+    events around the step, median of 10) on the served batches `decode_served` times one
+    layer of: do the savings the kernel shows on them reach the served step?"""
+    from engine.graphs import DecodeGraphs
+    from kernels.paged_decode import decode_splits
+
+    pool = KVPool(
+        shape.num_layers, pool_pages + 1, shape.num_kv_heads, PAGE, shape.head_dim, device
+    )
+    pool.k.normal_(), pool.v.normal_()
+    model = PagedModel(shape, w, pool)
+    graphs = DecodeGraphs(model, max_model_len=40960, scratch_page=pool_pages)
+    rng = np.random.default_rng(8)
+    cases = [list(_served_variants(step, rng, pool_pages)) for step in steps]
+    hkv = shape.num_kv_heads
+    caps = {
+        graphs.cap_for(decode_splits(len(n), int(n.sum()), int(n.max()), hkv, device)[0])
+        for case in cases
+        for _, _, n in case
+    }
+    if device == "cuda":  # on CPU (tests) the steps run eagerly on the same inputs
+        graphs.capture(sorted({graphs.size_for(len(c[0][2])) for c in cases}), caps=sorted(caps))
+    out = []
+    for case in cases:
         row = {}
-        for name, rows, at in (
-            ("served", served_rows(step), lens),
-            ("distinct", [r.tolist() for r in distinct], lens),
-            ("equal", [r.tolist() for r in equal], np.full(len(lens), mean)),
-        ):
-            perm = rng.permutation(pool_pages)
-            row[f"{name}_ms"] = _decode_layer_ms(q, k, v, _table(rows, perm), at)
+        for name, table, lens in case:
+            works = [
+                SeqWork(rng.integers(0, shape.vocab_size, 1), int(n) - 1,
+                        table[i, : -(-int(n) // PAGE)].tolist(), False)
+                for i, n in enumerate(lens)
+            ]  # fmt: skip
+            row[f"{name}_ms"] = _step_ms(lambda: graphs.run(works), device)  # noqa: B023
         out.append(row)
     return out
 
 
-PARTS = ("decode_shared_pages", "decode_step_shared", "decode_ragged", "decode_served")
+PARTS = (
+    "decode_shared_pages",
+    "decode_step_shared",
+    "decode_ragged",
+    "decode_served",
+    "decode_step_served",
+)
 SHARED_PREFIXES = (512, 1024, 2048, 4096, 8192)
 SHARED_BATCHES = (8, 16, 32, 64, 128, 256)
 # The attention shards the serving runs use: llama-3-8b on one GPU, the article's model at TP 2
@@ -585,6 +641,15 @@ def main() -> None:
                 model, tp = SHARED_SHARDS[layouts["shard"]]
                 heads = attention_shard(model, tp)
                 result[run_name] = decode_served(heads, device, layouts["steps"])
+        if args.only == "decode_step_served":  # whole llama-3-8b steps, one GPU
+            result["method"] = "graphed decode steps, GPU ms between events, median of 10"
+            with open(args.layouts) as f:
+                served = json.load(f)
+            w = random_weights(SHAPES[args.shape], 0, device)
+            for run_name, layouts in served.items():
+                if layouts["shard"] == args.shape:
+                    steps = layouts["steps"]
+                    result[run_name] = decode_step_served(SHAPES[args.shape], w, device, steps)
         if args.only == "decode_ragged":
             for shard, (model, tp) in SHARED_SHARDS.items():
                 result[shard] = decode_ragged(attention_shard(model, tp), device)

@@ -72,3 +72,15 @@ def test_served_batches_time_served_distinct_and_equal_layouts():
     out = decode_served(heads, "cpu", [step], pool_pages=64)
     assert len(out) == 1 and set(out[0]) == {"served_ms", "distinct_ms", "equal_ms"}
     assert all(ms > 0 for ms in out[0].values())
+
+
+def test_served_steps_run_whole_decode_steps_on_the_three_layouts():
+    from engine.check import SHAPES, decode_step_served, step_layout
+    from engine.weights import random_weights
+
+    shape = SHAPES["tiny"]
+    step = step_layout([([7, 8, 9], 40), ([7, 8, 3], 35), ([1], 9)], 16)
+    w = random_weights(shape, 0, "cpu")
+    out = decode_step_served(shape, w, "cpu", [step], pool_pages=32)
+    assert len(out) == 1 and set(out[0]) == {"served_ms", "distinct_ms", "equal_ms"}
+    assert all(ms > 0 for ms in out[0].values())
