@@ -538,13 +538,38 @@ def _output_throughput(requests: pd.DataFrame, duration_s: float) -> float:
     return float(done.output_tokens.sum()) / duration_s
 
 
+def repeat_errors(run: EngineRun, tokens: int, repeat_dir: Path) -> dict:
+    """The serving errors between two engine runs of the same config (`serving_errors`, the
+    repeat in the simulation's place): the engine's own run-to-run spread per metric, the floor
+    under what a simulation of one run can reach (per request above all: where each request
+    falls within the step under way is not the same twice)."""
+    repeat = load_engine_run(repeat_dir)
+    same = ("model", "node", "cache", "policies", "workload", "seed", "duration_s")
+    differ = [k for k in same if getattr(repeat.cfg, k) != getattr(run.cfg, k)]
+    if differ:
+        raise ConfigError(f"--repeat: {repeat_dir} is not a run of the same config ({differ[0]})")
+    counts, _ = replay(repeat, measured_requests(repeat)[0])
+    generated = (tokens, counts["output_tokens_measured"])
+    out = serving_errors(run.requests, repeat.requests, run.cfg.duration_s, generated)
+    return {"run": str(repeat_dir), **_finite(out)}
+
+
+def _finite(result: dict) -> dict:
+    """JSON-ready: NaN (a metric with nothing to compare) as null."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
+
+
 def validate(
-    run_dir: Path, overhead_from: Path | None = None, decode_terms: dict[str, str] | None = None
+    run_dir: Path,
+    overhead_from: Path | None = None,
+    decode_terms: dict[str, str] | None = None,
+    repeat: Path | None = None,
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The fidelity numbers and the tables the validation report draws. `overhead_from`: an
     engine run whose measured per-step overheads are added to the price (held out: measured
     there, judged here). `decode_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` values
-    to price with instead of the run config's."""
+    to price with instead of the run config's. `repeat`: another engine run of the same config,
+    compared with this one as the simulation is (`repeat_errors`)."""
     run = _pricing(load_engine_run(run_dir), decode_terms)
     requests, num_clients = measured_requests(run)
     counts, replayed = replay(run, requests)
@@ -582,7 +607,9 @@ def validate(
         **counts,
         "cached_tokens_mismatch_free_run": int(free_mismatch),
     }
-    result = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
+    if repeat is not None:
+        result["repeat"] = repeat_errors(run, counts["output_tokens_measured"], repeat)
+    result = _finite(result)
     tables = {"steps": steps, "measured": run.requests, "simulated": simulated}
     return result, tables
 
@@ -616,6 +643,17 @@ def summary_lines(result: dict) -> list[str]:
             )
         lines.append(line)
     lines.append(f"  throughput: {pct(result['throughput_abs_err'])}")
+    if "repeat" in result:
+        rep = result["repeat"]
+        lines.append(
+            f"  engine vs its repeat ({rep['run']}): "
+            + ", ".join(
+                f"{label} median {pct(rep[f'{key}_median_abs_err'])} p90 "
+                f"{pct(rep[f'{key}_p90_abs_err'])}"
+                for key, label in KEYS_SHOWN[1:]
+            )
+            + f", throughput {pct(rep['throughput_abs_err'])}"
+        )
     lines.append(
         f"  overheads measured here: device time x{result['measured_device_time_scale']:.3f}, "
         f"{result['measured_step_overhead_s'] * 1e3:.2f} ms/step, "
@@ -642,7 +680,8 @@ def cmd_validate(args) -> int:
         check_output(Path(args.report), "--report", REPORT_TITLE)
     terms = {"shared_page_reads": args.shared_page_reads, "ragged_decode": args.ragged_decode}
     decode_terms = {k: v for k, v in terms.items() if v is not None}
-    result, tables = validate(Path(args.run_dir), overhead_from, decode_terms)
+    repeat = Path(args.repeat) if args.repeat else None
+    result, tables = validate(Path(args.run_dir), overhead_from, decode_terms, repeat)
     print("\n".join(summary_lines(result)))
     if args.json:
         text = json.dumps(result, indent=2) + "\n"
@@ -666,6 +705,12 @@ def register(sub) -> None:
         "--overhead-from",
         metavar="RUN_DIR",
         help="add the per-step overheads measured on this engine run to the price",
+    )
+    p.add_argument(
+        "--repeat",
+        metavar="RUN_DIR",
+        help="another engine run of the same config: the engine's own run-to-run errors per "
+        "metric, beside the simulation's",
     )
     p.add_argument(
         "--shared-page-reads",

@@ -136,3 +136,30 @@ def test_a_steps_cost_runs_to_the_next_start_unless_the_engine_went_idle():
     # step 0: to the next start (its duration, its apply, the loop, the next schedule); step 1:
     # the engine went idle after it, so duration + sched; the last step: the same
     assert cost.tolist() == pytest.approx([0.0105, 0.0103, 0.0104], abs=1e-12)
+
+
+def test_a_repeat_is_compared_with_the_run_as_the_simulation_is(tmp_path):
+    from sim.config import ConfigError
+
+    run, repeat = tmp_path / "run", tmp_path / "repeat"
+    write_as_engine_run(OPEN_LOOP, run)
+    write_as_engine_run(OPEN_LOOP, repeat)
+    result, _ = validate(run, repeat=repeat)
+    same = result["repeat"]  # the same config, seed and model: the same run
+    assert same["run"] == str(repeat) and same["requests_compared"] == result["requests_compared"]
+    for key in ("ttft", "tpot", "e2e"):
+        assert same[f"{key}_median_abs_err"] == 0 and same[f"{key}_p90_abs_err"] == 0, key
+    assert same["throughput_abs_err"] == 0
+    # every first token twice as late in the repeat: TTFT off by 100% for every request
+    path = repeat / "engine" / "requests.csv"
+    reqs = pd.read_csv(path)
+    late = reqs.first_token_s - reqs.arrival_s
+    reqs = reqs.assign(first_token_s=reqs.first_token_s + late, finish_s=reqs.finish_s + late)
+    reqs.to_csv(path, index=False)
+    slow = validate(run, repeat=repeat)[0]["repeat"]
+    assert slow["ttft_median_abs_err"] == pytest.approx(1.0)
+    assert slow["ttft_p90_abs_err"] == pytest.approx(1.0)
+    other = tmp_path / "other"
+    write_as_engine_run({**OPEN_LOOP, "seed": 4}, other)
+    with pytest.raises(ConfigError, match="not a run of the same config \\(seed\\)"):
+        validate(run, repeat=other)
