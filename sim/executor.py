@@ -27,32 +27,70 @@ class DecodePrices:
     the sums of a batch that grows by one token per request per step, and the same pairs recur
     from span to span and node to node (95% of them on the Vidur case). Each price is the
     latency model's own float (its vectorised `decode_steps_s` when it has one: the same floats
-    as `shape_time_s`). The memo is dropped whole past `max_entries` (memory stays bounded)."""
+    as `shape_time_s`). The memo is dropped whole past `max_entries` (memory stays bounded).
+
+    A span's sums are s, s + n, s + 2n, ... for n requests: they share the residue s mod n, so
+    the memo keeps rows of BLOCK consecutive quotients per (n, residue) and a span reads its
+    prices as one or two list slices (None where not priced yet)."""
+
+    BLOCK = 256
 
     def __init__(self, latency: LatencyModel, max_entries: int = 200_000):
         self.latency = latency
         self.max_entries = max_entries
-        self._by_size: dict[int, dict[int, float]] = {}
+        # (num_decode, ctx_sum % num_decode, ctx_sum // num_decode // BLOCK) -> BLOCK prices
+        self._rows: dict[tuple[int, int, int], list[float | None]] = {}
         self._num_entries = 0
         self._vectorised = getattr(latency, "decode_steps_s", None)  # not every model has it
 
     def many(self, num_decode: int, ctx_sums: Sequence[int]) -> list[float]:
         """The price of each decode-only step of `num_decode` requests, one per context sum."""
-        memo = self._by_size.get(num_decode)
-        if memo is None:
-            memo = self._by_size[num_decode] = {}
-        prices = list(map(memo.get, ctx_sums))
+        if isinstance(ctx_sums, range) and ctx_sums.step == num_decode and num_decode > 0:
+            return self.span(num_decode, ctx_sums.start, len(ctx_sums))
+        return [self.span(num_decode, s, 1)[0] for s in ctx_sums]
+
+    def span(self, num_decode: int, first: int, count: int) -> list[float]:
+        """`many(num_decode, range(first, first + count * num_decode, num_decode))`."""
+        residue, quotient = first % num_decode, first // num_decode
+        block = self.BLOCK
+        row_at, start = divmod(quotient, block)
+        key = (num_decode, residue, row_at)
+        row = self._rows.get(key)
+        if row is not None and start + count <= block:  # the usual case: one slice, all priced
+            prices = row[start : start + count]
+            if None not in prices:
+                return prices  # type: ignore[return-value]
+        out: list[float] = []
+        while count:
+            take = min(count, block - start)
+            out += self._row_part(key, start, take)
+            count -= take
+            row_at, start = row_at + 1, 0
+            key = (num_decode, residue, row_at)
+        return out
+
+    def _row_part(self, key: tuple[int, int, int], start: int, count: int) -> list[float]:
+        """Prices start .. start + count - 1 of one row, pricing the missing ones."""
+        row = self._rows.get(key)
+        if row is None:
+            if (  # start afresh (a row holds BLOCK slots, priced or not)
+                self._num_entries + count > self.max_entries
+                or len(self._rows) * self.BLOCK > 8 * self.max_entries
+            ):
+                self._rows.clear()
+                self._num_entries = 0
+            row = self._rows[key] = [None] * self.BLOCK
+        prices = row[start : start + count]
         if None not in prices:
             return prices  # type: ignore[return-value]
-        missing = [s for s, price in zip(ctx_sums, prices, strict=True) if price is None]
-        if self._num_entries + len(missing) > self.max_entries:  # start afresh
-            self._by_size = {num_decode: memo}
-            memo.clear()
-            self._num_entries = 0
-            missing = list(ctx_sums)
-        memo.update(zip(missing, self._price(num_decode, missing), strict=True))
+        num_decode, residue, row_at = key
+        base = (row_at * self.BLOCK) * num_decode + residue
+        missing = [start + i for i, price in enumerate(prices) if price is None]
+        sums = [base + j * num_decode for j in missing]
+        for j, price in zip(missing, self._price(num_decode, sums), strict=True):
+            row[j] = price
         self._num_entries += len(missing)
-        return [memo[s] for s in ctx_sums]
+        return row[start : start + count]  # type: ignore[return-value]
 
     def _price(self, num_decode: int, ctx_sums: list[int]) -> list[float]:
         many = self._vectorised
