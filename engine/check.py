@@ -621,6 +621,10 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=list(SHARED_BATCHES))
     ap.add_argument("--tails", type=int, nargs=2, default=[128, 384], metavar=("LO", "HI"))
     ap.add_argument("--layouts", default=None, help="decode_served: the served batches' JSON")
+    ap.add_argument("--runs", nargs="+", help="decode_step_served: only these runs' batches")
+    ap.add_argument(
+        "--pool-pages", type=int, default=20480, help="decode_step_served: the KV pool's pages"
+    )
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.only:  # the shared-pages table: shards x prefixes x batches (those the pool holds)
@@ -646,10 +650,13 @@ def main() -> None:
             with open(args.layouts) as f:
                 served = json.load(f)
             w = random_weights(SHAPES[args.shape], 0, device)
+            result["pool_pages"] = args.pool_pages
             for run_name, layouts in served.items():
-                if layouts["shard"] == args.shape:
+                if layouts["shard"] == args.shape and run_name in (args.runs or [run_name]):
                     steps = layouts["steps"]
-                    result[run_name] = decode_step_served(SHAPES[args.shape], w, device, steps)
+                    result[run_name] = decode_step_served(
+                        SHAPES[args.shape], w, device, steps, args.pool_pages
+                    )
         if args.only == "decode_ragged":
             for shard, (model, tp) in SHARED_SHARDS.items():
                 result[shard] = decode_ragged(attention_shard(model, tp), device)

@@ -6,7 +6,10 @@
 # env: GRAPHS (none | decode | all; default all), CONFIGS (default: the four runs), SKIP_CHECK=1,
 #      SKIP_FUSED_BENCH=1 (the check without the fused elementwise bench), DURATION (override
 #      duration_s), KVSCHED_ENGINE_FUSED=0 (torch elementwise path), SERVE_TIMEOUT (s, default
-#      480: the serving process is killed past it; the runs it wrote still come back)
+#      480: the serving process is killed past it; the runs it wrote still come back),
+#      REPEAT (config stems served a second time, as <stem>_repeat: the engine's run-to-run
+#      spread, `kvsched validate --repeat`), SERVED_STEPS_POOL (pages: after the runs, whole decode
+#      steps on the served batches with a pool that size, engine.check --only decode_step_served)
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -21,9 +24,18 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
   [ "${SKIP_FUSED_BENCH:-0}" = 1 ] || python3 -m kernels.fused --bench 2>&1 | tee $OUT/fused_bench.txt
 fi
 echo "graphs: ${GRAPHS:-all}" | tee $OUT/serve.log
+REPEATS=""
+for stem in ${REPEAT:-}; do  # the same config under another name: its own run directory
+  cp engine/runs/configs/$stem.yaml /tmp/${stem}_repeat.yaml && REPEATS="$REPEATS --config /tmp/${stem}_repeat.yaml"
+done
 timeout -k 10 ${SERVE_TIMEOUT:-480} python3 -m kvsched.engine_run --graphs ${GRAPHS:-all} ${DURATION:+--duration-s $DURATION} --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
   --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml \
-  --config engine/runs/configs/overhead_probe.yaml} \
+  --config engine/runs/configs/overhead_probe.yaml} $REPEATS \
   2>&1 | tee -a $OUT/serve.log
+if [ -n "${SERVED_STEPS_POOL:-}" ]; then
+  timeout -k 10 150 python3 -m engine.check --only decode_step_served --pool-pages $SERVED_STEPS_POOL \
+    --layouts engine/runs/logs/2026-11-30_served_batches/layouts.json \
+    --runs seed_1node multi_turn shared_prefix --json $OUT/decode_step_served_pool.json > $OUT/served_steps.log 2>&1
+fi
 tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
