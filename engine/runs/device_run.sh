@@ -24,6 +24,11 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
   [ "${SKIP_FUSED_BENCH:-0}" = 1 ] || python3 -m kernels.fused --bench 2>&1 | tee $OUT/fused_bench.txt
 fi
 echo "graphs: ${GRAPHS:-all}" | tee $OUT/serve.log
+# The GPUs' clocks, temperature and power once a second while the runs serve (a later run on a
+# hotter GPU may clock lower: the device time scale is measured per run)
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  --format=csv,nounits -l 1 > $OUT/gpu_clocks.csv 2>/dev/null &
+CLOCKS=$!
 REPEATS=""
 for stem in ${REPEAT:-}; do  # the same config under another name: its own run directory
   cp engine/runs/configs/$stem.yaml /tmp/${stem}_repeat.yaml && REPEATS="$REPEATS --config /tmp/${stem}_repeat.yaml"
@@ -39,3 +44,4 @@ if [ -n "${SERVED_STEPS_POOL:-}" ]; then
     --runs seed_1node multi_turn shared_prefix --json $OUT/decode_step_served_pool.json > $OUT/served_steps.log 2>&1
 fi
 tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
+kill $CLOCKS 2>/dev/null
