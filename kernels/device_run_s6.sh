@@ -11,8 +11,10 @@
 #          3. kernels.bench_prefill --suite prefill: target rows, defaults and num_stages 5
 #          4. kernels.bench_prefill --suite cascade --cascade-variants: prefix pass / tails depth
 #   final: 1. GPU tests (subset)
-#          2. kernels.calibrate --parts decode,prefill,cascade --fidelity 30 --fidelity-extra 12
-#          3. decode targets, prefill target rows, cascade (new defaults)
+#          2. kernels.bench_prefill --tune-only: "tiles" with poly_exp2 0/2/4, "split" 0/2
+#          3. the class configs to calibrate with: a candidate only if > 1% faster (geo-mean)
+#          4. kernels.calibrate --parts prefill --fidelity 30 --fidelity-extra 12 (those configs)
+#          5. kernels.bench_prefill: prefill target rows + cascade (those configs)
 # Outputs: run.log and the JSON files named below.
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -58,18 +60,43 @@ if [ "$mode" = sweep ]; then
   step "done"
   exit 0
 fi
-step "pytest (GPU): decode, prefill, cascade (subset)"
-timeout "$(left 45 230)" python3 -m pytest -q -x -p no:cacheprovider $tests \
-  tests/kernels/test_prepared_launch.py -k "fused or one_token or device or split or layers or gqa or (cascade and not random)" \
+step "pytest (GPU): prefill (exp2 on the FMA pipe, splits), cascade (subset)"
+timeout "$(left 50 250)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+  tests/kernels/test_cascade_decode.py -k "poly or loop_variants or split or plan or gqa or one_token or (cascade and not random)" \
   2>&1 | tail -n 10 | tee -a "$log"
-step "calibrate decode,prefill,cascade + fidelity 30 + 12"
+step "prefill: exp2 split between MUFU and FMA pipe (tiles), split class"
+T='"block_n": 128, "num_warps": 8, "num_stages": 3, "warp_specialize": true, "lazy_rescale": true'
+S='"block_n": 128, "num_warps": 8, "num_stages": 5, "lazy_rescale": true'
+timeout "$(left 90 160)" python3 -m kernels.bench_prefill --tune-only --tune-budget 200 \
+  --out "$OUT/bench_prefill_tune.json" \
+  --tune-shapes '{"tiles": [[0, 2048], [0, 8192], [512, 2048], [8192, 2048], [32768, 2048]],
+    "split": [[32768, 16], [32768, 64], [8192, 16]]}' \
+  --candidates "{\"tiles\": [{$T}, {$T, \"poly_exp2\": 2}, {$T, \"poly_exp2\": 4}],
+    \"split\": [{$S}, {$S, \"poly_exp2\": 2}]}" 2>&1 | tee -a "$log"
+step "choose: a candidate replaces its class default only if > 1% faster (geo-mean)"
+python3 - "$OUT/bench_prefill_tune.json" "$OUT/prefill_launch.json" <<'PY' 2>&1 | tee -a "$log"
+import json, math, sys
+trials = json.load(open(sys.argv[1]))["trials"]
+keys = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale", "poly_exp2")
+chosen = {}
+for cls in ("tiles", "split"):
+    rows = [t for t in trials if t["class"] == cls and "ms" in t]
+    if not rows:
+        continue
+    score = [sum(math.log(v) for v in t["ms"].values()) / len(t["ms"]) for t in rows]
+    best = min(range(len(rows)), key=score.__getitem__)
+    pick = best if score[best] < score[0] + math.log(0.99) else 0
+    chosen[cls] = {k: rows[pick][k] for k in keys if k in rows[pick]}
+    chosen[cls].setdefault("poly_exp2", 0)
+    print(cls, [round(math.exp(s), 4) for s in score], "->", chosen[cls])
+json.dump(chosen, open(sys.argv[2], "w"), indent=1)
+PY
+step "calibrate prefill + fidelity 30 + 12 (chosen launch configs)"
 cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-timeout "$(left 200 30)" python3 -m kernels.calibrate --parts decode,prefill,cascade \
-  --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" \
-  --fidelity-out "$OUT/h200_fidelity.json" 2>&1 | tee -a "$log"
-step "decode targets + prefill target rows + cascade (new defaults)"
-timeout "$(left 20 10)" python3 -m kernels.bench --out "$OUT/bench_decode_final.json" \
-  --sweep-sdpa --decode-sweep '[{}]' 2>&1 | tee -a "$log"
-timeout "$(left 20 0)" python3 -m kernels.bench_prefill --no-sdpa --out "$OUT/bench_prefill.json" \
-  2>&1 | tee -a "$log"
+timeout "$(left 150 35)" python3 -m kernels.calibrate --parts prefill \
+  --prefill-launch-configs "$OUT/prefill_launch.json" --fidelity 30 --fidelity-extra 12 \
+  --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" 2>&1 | tee -a "$log"
+step "prefill target rows + cascade (chosen launch configs)"
+timeout "$(left 35 0)" python3 -m kernels.bench_prefill --no-sdpa --out "$OUT/bench_prefill.json" \
+  --launch-configs "$OUT/prefill_launch.json" 2>&1 | tee -a "$log"
 step "done"
