@@ -30,20 +30,34 @@ def _pct(v) -> str:
 
 
 def _error_table(result: dict) -> str:
+    """Median and p90 error per metric against the goals; with a repeat of the engine run
+    (`kvsched validate --repeat`), the engine's own run-to-run errors beside them."""
+    repeat = result.get("repeat")
     rows = []
     for key, label in LABELS.items():
         goal_med, goal_p90 = GOALS[key]
         med, p90 = result.get(f"{key}_median_abs_err"), result.get(f"{key}_p90_abs_err")
         rows.append(
             f"<tr><td>{label}</td><td>{_pct(med)}</td><td>{_pct(goal_med)}</td>"
-            f"<td>{_pct(p90)}</td><td>{_pct(goal_p90)}</td></tr>"
+            f"<td>{_pct(p90)}</td><td>{_pct(goal_p90)}</td>"
+            + (_repeat_cells(repeat, key) if repeat else "")
+            + "</tr>"
         )
     rows.append(
         f"<tr><td>output throughput</td><td>{_pct(result.get('throughput_abs_err'))}</td>"
-        f"<td>{_pct(0.03)}</td><td></td><td></td></tr>"
+        f"<td>{_pct(0.03)}</td><td></td><td></td>"
+        + (f"<td>{_pct(repeat.get('throughput_abs_err'))}</td><td></td>" if repeat else "")
+        + "</tr>"
     )
-    head = "<tr><th>metric</th><th>median</th><th>goal</th><th>p90</th><th>goal</th></tr>"
-    return f'<table class="headline">{head}{"".join(rows)}</table>'
+    head = "<tr><th>metric</th><th>median</th><th>goal</th><th>p90</th><th>goal</th>"
+    if repeat:
+        head += "<th>engine vs its repeat: median</th><th>p90</th>"
+    return f'<table class="headline">{head}</tr>{"".join(rows)}</table>'
+
+
+def _repeat_cells(repeat: dict, key: str) -> str:
+    med, p90 = repeat.get(f"{key}_median_abs_err"), repeat.get(f"{key}_p90_abs_err")
+    return f"<td>{_pct(med)}</td><td>{_pct(p90)}</td>"
 
 
 def latency_table(requests: pd.DataFrame) -> pd.DataFrame:

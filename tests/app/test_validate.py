@@ -144,7 +144,10 @@ def test_a_repeat_is_compared_with_the_run_as_the_simulation_is(tmp_path):
     run, repeat = tmp_path / "run", tmp_path / "repeat"
     write_as_engine_run(OPEN_LOOP, run)
     write_as_engine_run(OPEN_LOOP, repeat)
-    result, _ = validate(run, repeat=repeat)
+    result, tables = validate(run, repeat=repeat)
+    from reports.validation import render_validation
+
+    assert "engine vs its repeat" in render_validation(result, tables)
     same = result["repeat"]  # the same config, seed and model: the same run
     assert same["run"] == str(repeat) and same["requests_compared"] == result["requests_compared"]
     for key in ("ttft", "tpot", "e2e"):
