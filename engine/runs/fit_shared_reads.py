@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.check import shared_layouts, sharing
+from engine.check import served_rows, shared_layouts, sharing
 from sim.latency.calibrated import _Grid2
-from sim.latency.ragged import RaggedPoint, fit_ragged_decode
-from sim.latency.shared_reads import SharedPoint, fit_shared_reads
+from sim.latency.ragged import RaggedDecode, RaggedPoint, fit_ragged_decode
+from sim.latency.shared_reads import SharedPoint, SharedReads, fit_shared_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = "engine/runs/logs/2026-11-30_decode_shared_graph/"
@@ -41,6 +41,8 @@ TABLES = [
     "engine/runs/logs/2026-11-30_run4/tables/decode_shared_pages_table.json",
 ]
 RAGGED = "engine/runs/logs/2026-11-30_run4/tables/decode_ragged.json"  # the session-5 kernel
+# Held out: decode batches engine runs served (engine/runs/served_layouts.py), one layer each
+SERVED = "engine/runs/logs/2026-11-30_served_batches/"
 CALIBRATION = "kernels/calibration/h200.json"
 # engine/check.py SHARED_SHARDS: the shard's name -> the calibration table it is priced from
 SHARDS = {"llama-3-8b": ("llama-3-8b", 1), "article-70b-tp2": ("article-70b", 2)}
@@ -81,6 +83,51 @@ def ragged_points(measured: dict) -> list[RaggedPoint]:
         mean = cell["kv_tokens"] / batch
         points.append((mean, int(cell["max_len"]), cell["ms"] / equal["ms"]))
     return points
+
+
+def reread_tokens(rows: list[list[int]], page_size: int = 16) -> int:
+    """Tokens a step's decodes read that another decode of it reads too, as sim.cascade counts
+    them: decodes whose first page is the same share their common leading pages, less each
+    one's last page (still being written)."""
+    groups: dict[int, list[list[int]]] = {}
+    for row in rows:
+        groups.setdefault(row[0], []).append(row)
+    shared = 0
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        common = min(len(r) for r in members)
+        for r in members[1:]:
+            common = next((i for i in range(common) if r[i] != members[0][i]), common)
+        shared += (len(members) - 1) * min(common, common and min(map(len, members)) - 1)
+    return shared * page_size
+
+
+def served_check(
+    layouts: dict, measured: dict, calibration: dict, shared: SharedReads, ragged: RaggedDecode
+) -> dict:
+    """Per served run, the median over its batches of the measured time ratios (served /
+    distinct pages, distinct pages / equal lengths) and of the models' (shared reads: the table
+    at the effective context over the table at the real one; ragged: the factor)."""
+    out = {}
+    for name, layout in layouts.items():
+        price = decode_price(calibration, *SHARDS[layout["shard"]])
+        rows = []
+        for step, cell in zip(layout["steps"], measured[name], strict=True):
+            lens = np.array(step["lens"])
+            b, total = len(lens), int(lens.sum())
+            effective = shared.effective_tokens(total, reread_tokens(served_rows(step)))
+            rows.append((
+                cell["served_ms"] / cell["distinct_ms"],
+                price(b, effective / b) / price(b, total / b),
+                cell["distinct_ms"] / cell["equal_ms"],
+                ragged.factor(total / b, int(lens.max())),
+            ))  # fmt: skip
+        med = np.median(np.array(rows), axis=0)
+        out[name] = dict(
+            zip(("shared", "shared_model", "ragged", "ragged_model"), med.round(3), strict=True)
+        )
+    return out
 
 
 def _summary(errors: np.ndarray) -> dict:
@@ -132,6 +179,16 @@ def main() -> None:
     )
     ragged_fit = _summary(ragged_errors)
     print(f"ragged: a {ragged.a:g} b {ragged.b:g} e {ragged.e:g}: {ragged_fit}")
+    held_out = served_check(
+        _load(SERVED + "layouts.json"), _load(SERVED + "decode_served.json"), calibration,
+        model, ragged,
+    )  # fmt: skip
+    print("served batches (held out; medians: measured vs model):")
+    for name, r in held_out.items():
+        print(
+            f"  {name}: shared pages {r['shared']:.3f} vs {r['shared_model']:.3f}, "
+            f"ragged {r['ragged']:.3f} vs {r['ragged_model']:.3f}"
+        )
     if args.write:
         calibration["decode_shared_reads"] = {
             "rho": model.rho,
