@@ -74,13 +74,12 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
 # split across programs + combine; "split_small" = the same with tiles of < 64 rows (1-7 new
 # tokens at GQA 8: decode-like).
 # warp_specialize: tl.range(..., warp_specialize=True) on the unmasked loop (Triton's Hopper
-# warp specialisation: no effect on the pointer-gathered loads under Triton 3.6, whose Hopper
-# warp specialisation needs TMA loads; the same TTGIR either way); lazy_rescale: rescale acc/l
-# only when a row max grew by > 2^8; poly_exp2 (0, 2 or 4): 1 score column in 2 (4) takes its
-# exp2 on the FMA pipe (_exp2_poly) instead of the MUFU unit.
+# warp specialisation; under Triton 3.6 it leaves the TTGIR of these pointer-gathered loads
+# unchanged: its Hopper warp specialisation wants TMA loads); lazy_rescale: rescale acc/l only
+# when a row max grew by > 2^8.
 # split_programs_per_sm (split classes, optional): programs per SM the split count aims at.
 # block_m ("tiles_wide" only): its tile rows; <= the plan's block_m turns the class off.
-LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale", "poly_exp2")
+LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale")
 CLASS_KEYS = (*LAUNCH_KEYS, "split_programs_per_sm", "block_m")
 _BASE_LAUNCH: dict[str, Any] = {
     "block_n": 128,
@@ -88,7 +87,6 @@ _BASE_LAUNCH: dict[str, Any] = {
     "num_stages": 3,
     "warp_specialize": False,
     "lazy_rescale": False,
-    "poly_exp2": 0,
 }
 # The H200 sweep of 2026-11-30 09:16 UTC (kernels/README.md; measurements/
 # bench_prefill_s3_tune.json): lazy rescale won "tiles" (8K chunk 2.80 -> 2.75 ms) and "split";
@@ -105,9 +103,10 @@ PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
         _BASE_LAUNCH, block_m=128, block_n=64, num_warps=16, num_stages=2, lazy_rescale=True
     ),  # fmt: skip
     # num_stages 5: the pipeliner gives the gathered K/V loads (after the block-table load) two
-    # tiles of lead instead of one; session 6 (measurements/bench_prefill_tune_s6.json): 16 / 64
-    # tokens over 32K 0.0792 -> 0.0703 / 0.2030 -> 0.1843 ms, 16 over 8K 0.0392 -> 0.0373. The
-    # compute-bound classes lose with it ("tiles" 8K chunk 2.738 -> 2.832 ms; "split_small").
+    # tiles of lead instead of one. Session 6 (measurements/bench_prefill_tune_s6.json, H200):
+    # 16 / 64 tokens over 32K 0.0792 -> 0.0703 / 0.2030 -> 0.1843 ms, 16 over 8K 0.0392 ->
+    # 0.0373; short contexts lose (16-64 tokens over 0-512: +3-12%, their programs hold 1-4 key
+    # tiles). The compute-bound classes lose with it ("tiles" 8K chunk 2.738 -> 2.832 ms).
     "split": dict(_BASE_LAUNCH, num_stages=5, lazy_rescale=True),
     "split_small": dict(_BASE_LAUNCH, num_warps=4),
     # Every request brings exactly one new token (causal): that is a decode step, launched
@@ -137,36 +136,6 @@ def set_prefill_launch_configs(table: dict[str, dict[str, Any]]) -> None:
 
 
 @triton.jit
-def _exp2_poly(x):
-    """2^x on the FMA pipe instead of the MUFU unit (FlashAttention-4's trick): 2^floor(x) into
-    the exponent bits times a cubic for 2^frac(x) (max relative error 8.6e-5, far under the
-    bf16 rounding P gets). x <= 8 here; -inf (masked keys) gives 2^-126 x p, then 0 in bf16."""
-    x = tl.maximum(x, -126.0)
-    j = tl.floor(x)
-    f = x - j
-    p = ((0.07706609 * f + 0.22764604) * f + 0.69511656) * f + 1.0
-    bits = p.to(tl.int32, bitcast=True) + (j.to(tl.int32) << 23)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY_EXP2: tl.constexpr):
-    """exp2 of a [BLOCK_M, BLOCK_N] tile with 1 column in POLY_EXP2 (2 or 4) through
-    `_exp2_poly`, the rest through the MUFU unit: both pipes share the work. Adjacent columns
-    sit in one thread's registers in the MMA layout, so the split and join are register moves."""
-    xa, xb = tl.split(tl.reshape(x, [BLOCK_M, BLOCK_N // 2, 2]))
-    if POLY_EXP2 == 2:
-        pa = tl.exp2(xa)
-        pb = _exp2_poly(xb)
-    else:
-        xa1, xa2 = tl.split(tl.reshape(xa, [BLOCK_M, BLOCK_N // 4, 2]))
-        pa = tl.reshape(tl.join(tl.exp2(xa1), tl.exp2(xa2)), [BLOCK_M, BLOCK_N // 2])
-        xb1, xb2 = tl.split(tl.reshape(xb, [BLOCK_M, BLOCK_N // 4, 2]))
-        pb = tl.reshape(tl.join(tl.exp2(xb1), _exp2_poly(xb2)), [BLOCK_M, BLOCK_N // 2])
-    return tl.reshape(tl.join(pa, pb), [BLOCK_M, BLOCK_N])
-
-
-@triton.jit
 def _attend_tile(
     acc,
     m_i,
@@ -191,7 +160,6 @@ def _attend_tile(
     CAUSAL: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
-    POLY_EXP2: tl.constexpr,
 ):
     """One key tile [tok0, tok0 + BLOCK_N) (tok0 % BLOCK_N == 0) folded into (acc, m_i, l_i)."""
     offs_t = tok0 + offs_n
@@ -228,16 +196,10 @@ def _attend_tile(
             acc = acc * alpha[:, None]
             l_i = l_i * alpha
             m_i = m_new
-        if POLY_EXP2:
-            p = _exp2_mixed(s * qk_scale - m_i[:, None], s.shape[0], BLOCK_N, POLY_EXP2)
-        else:
-            p = tl.exp2(s * qk_scale - m_i[:, None])
+        p = tl.exp2(s * qk_scale - m_i[:, None])
         l_i = l_i + tl.sum(p, axis=1)
     else:
-        if POLY_EXP2:
-            p = _exp2_mixed(s * qk_scale - m_new[:, None], s.shape[0], BLOCK_N, POLY_EXP2)
-        else:
-            p = tl.exp2(s * qk_scale - m_new[:, None])
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
@@ -295,7 +257,6 @@ def _paged_prefill_kernel(
     UPCAST_DOT: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
-    POLY_EXP2: tl.constexpr = 0,  # 0, or 1 column in 2 / 4 through _exp2_poly
 ):
     BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_P
     pid_w = tl.program_id(0)
@@ -340,21 +301,21 @@ def _paged_prefill_kernel(
             acc, m_i, l_i = _attend_tile(
                 acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_ptr, tok0, kv_end, pos,
                 offs_n, offs_d, qk_scale, stride_kp, stride_kt, stride_vp, stride_vt,
-                PAGE_SIZE, BLOCK_N, False, CAUSAL, LAZY_RESCALE, UPCAST_DOT, POLY_EXP2,
+                PAGE_SIZE, BLOCK_N, False, CAUSAL, LAZY_RESCALE, UPCAST_DOT,
             )  # fmt: skip
     else:
         for tok0 in range(kv_start, free_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_ptr, tok0, kv_end, pos,
                 offs_n, offs_d, qk_scale, stride_kp, stride_kt, stride_vp, stride_vt,
-                PAGE_SIZE, BLOCK_N, False, CAUSAL, LAZY_RESCALE, UPCAST_DOT, POLY_EXP2,
+                PAGE_SIZE, BLOCK_N, False, CAUSAL, LAZY_RESCALE, UPCAST_DOT,
             )  # fmt: skip
     # The rest: the range edge and (causal) the diagonal, masked per row.
     for tok0 in range(free_end, kv_end, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             acc, m_i, l_i, q, k_head_ptr, v_head_ptr, table_ptr, tok0, kv_end, pos,
             offs_n, offs_d, qk_scale, stride_kp, stride_kt, stride_vp, stride_vt,
-            PAGE_SIZE, BLOCK_N, True, CAUSAL, LAZY_RESCALE, UPCAST_DOT, POLY_EXP2,
+            PAGE_SIZE, BLOCK_N, True, CAUSAL, LAZY_RESCALE, UPCAST_DOT,
         )  # fmt: skip
 
     # Every row sees >= 1 key of every work item (the plan guarantees it), so l_i > 0.
@@ -473,7 +434,6 @@ class PrefillPlan:
     num_stages: int = 3
     warp_specialize: bool = False
     lazy_rescale: bool = False
-    poly_exp2: int = 0
 
     @property
     def block_m(self) -> int:
@@ -704,7 +664,6 @@ def plan_prefill(
         num_stages=int(cfg["num_stages"]),
         warp_specialize=bool(cfg["warp_specialize"]),
         lazy_rescale=bool(cfg["lazy_rescale"]),
-        poly_exp2=int(cfg["poly_exp2"]),
     )
 
 
@@ -754,7 +713,6 @@ def prepare_prefill(
     num_stages: int | None = None,
     warp_specialize: bool | None = None,
     lazy_rescale: bool | None = None,
-    poly_exp2: int | None = None,
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
@@ -766,7 +724,7 @@ def prepare_prefill(
     Without `plan`, the work list is built from host copies of `cu_seqlens_q` and `seq_lens` (a
     device sync); a serving engine builds it once per step with `plan_prefill` and passes it
     (with check_bounds=False, which skips the validation scans that also sync). The launch
-    config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale, poly_exp2) is the plan's unless
+    config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale) is the plan's unless
     given here. The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels
     (kernels.paged_decode.PreparedAttention).
     """
@@ -820,7 +778,6 @@ def prepare_prefill(
         num_stages=num_stages,
         warp_specialize=warp_specialize,
         lazy_rescale=lazy_rescale,
-        poly_exp2=poly_exp2,
     )
     given = {k: v for k, v in given.items() if v is not None}
     if plan is None:
@@ -848,9 +805,6 @@ def prepare_prefill(
     cfg = {**plan.launch_config(), **given}
     bn = int(cfg["block_n"])
     _check(bn >= 16 and bn & (bn - 1) == 0, f"block_n must be a power of two >= 16, got {bn}")
-    _check(
-        int(cfg["poly_exp2"]) in (0, 2, 4), f"poly_exp2 must be 0, 2 or 4, got {cfg['poly_exp2']}"
-    )
     _check(
         plan.tokens_per_split % bn == 0,
         f"block_n {bn} must divide the plan's split length {plan.tokens_per_split}",
@@ -941,7 +895,6 @@ def prepare_prefill(
             UPCAST_DOT=upcast,
             WARP_SPECIALIZE=bool(cfg["warp_specialize"]),
             LAZY_RESCALE=bool(cfg["lazy_rescale"]),
-            POLY_EXP2=int(cfg["poly_exp2"]),
             num_warps=int(cfg["num_warps"]),
             num_stages=int(cfg["num_stages"]),
             **meta,

@@ -8,15 +8,12 @@ log-sum-exp) are poisoned with NaN before every call, so an unwritten element fa
 import numpy as np
 import pytest
 import torch
-import triton
-import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels.paged_decode import SUPPORTED_PAGE_SIZES
 from kernels.paged_prefill import (
     PREFILL_LAUNCH_CONFIGS,
-    _exp2_poly,
     paged_prefill_attention,
     plan_prefill,
 )
@@ -216,33 +213,6 @@ def test_loop_variants(variant, on, sm_scale):
             if ON_GPU and variant == "warp_specialize" and on:
                 pytest.skip(f"warp_specialize does not compile here: {type(exc).__name__}")
             raise
-
-
-@pytest.mark.parametrize("lazy", [True, False])
-@pytest.mark.parametrize("poly", [2, 4])
-def test_poly_exp2(poly, lazy):
-    # 1 score column in 2 (4) through the FMA-pipe exp2: the same attention within bf16
-    # tolerance, masked keys (diagonal, ragged edges, splits) included; both rescale branches.
-    for split in (None, 16):
-        check(RAGGED_CTX, RAGGED_NEW, group=4, tokens_per_split=split, sm_scale=1.5,
-              poly_exp2=poly, lazy_rescale=lazy)  # fmt: skip
-
-
-@triton.jit
-def _exp2_poly_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    tl.store(y_ptr + offs, _exp2_poly(tl.load(x_ptr + offs)))
-
-
-def test_exp2_poly_matches_exp2():
-    # The polynomial alone, over the range the kernel feeds it (<= 8, down to masked -inf).
-    x = torch.cat([torch.linspace(-30.0, 8.0, 1021), torch.tensor([-200.0, -126.5, float("-inf")])])
-    y = torch.empty_like(x)
-    _exp2_poly_kernel[(1,)](x, y, N=1024)
-    ref = torch.exp2(x.double())
-    rel = ((y.double() - ref).abs() / ref.clamp_min(1e-30))[:1021]
-    assert float(rel.max()) < 1e-4
-    assert bool((y[1021:] >= 0).all()) and float(y[1021:].max()) < 1e-37
 
 
 @pytest.mark.parametrize("block_n", [16, 32])
