@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import io
 import re
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import matplotlib
@@ -17,6 +18,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
+
+from reports import text_layout
 
 if TYPE_CHECKING:
     from matplotlib.typing import ColorType
@@ -64,9 +67,12 @@ def color(i: int) -> ColorType:  # a hex string, or an RGB tuple past the first 
     return PALETTE[i % len(PALETTE)]
 
 
+@contextmanager
 def style():
-    """Context in which all report figures are built and saved."""
-    return matplotlib.rc_context(STYLE)
+    """Context in which all report figures are built and saved: the report's rcParams, and
+    text layouts measured once (reports/text_layout.py)."""
+    with matplotlib.rc_context(STYLE), text_layout.memoized():
+        yield
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, width: float = 7.5, height: float = 3.2, **kw):

@@ -44,7 +44,9 @@ def build(pieces: dict[str, Piece], workers: int | None = None) -> dict[str, Any
     ones first): each worker takes the next piece when it finishes one."""
     n = min(default_workers() if workers is None else workers, len(pieces))
     calls = list(pieces.values())
-    with _objects_frozen():
+    # One style() around them all: besides each piece's own, so that text layouts measured in
+    # one piece serve the next (a fork inherits them; reports/text_layout.py).
+    with _objects_frozen(), style():
         if n <= 1:
             return dict(zip(pieces, [_run(call) for call in calls], strict=True))
         global _pieces
