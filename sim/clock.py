@@ -10,7 +10,7 @@ other event, as the timeout it replaces: results are identical to the step-by-st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from heapq import heappop, heappush, heapreplace
 from typing import Any, Protocol
 
@@ -19,12 +19,6 @@ from simpy.core import NORMAL
 
 
 class StepEnd(Protocol):
-    def quiet_end(self) -> float | None:
-        """The clock is at the end of the step this actor parked: if that end changes nothing
-        outside the actor (a step inside a node's decode span), count it and return when the
-        next step ends (the clock parks it); else None (the clock calls `step_ended`)."""
-        ...
-
     def step_ended(self) -> None:
         """The clock is at the end of the step this actor parked (not a quiet one)."""
         ...
@@ -33,7 +27,8 @@ class StepEnd(Protocol):
 class Clock(simpy.Environment):
     def __init__(self, initial_time: float = 0.0):
         super().__init__(initial_time)
-        self._step_ends: list[tuple[float, int, int, StepEnd]] = []  # (time, prio, id, actor)
+        # (time, priority, id, actor, quiet ends: None or an iterator of next end times)
+        self._step_ends: list[tuple[float, int, int, StepEnd, Iterator[float] | None]] = []
         self.num_events = 0  # SimPy events processed
         self.num_step_ends = 0  # parked step ends processed
         # Called when `run` returns: actors that keep state behind (a node's decode span)
@@ -47,10 +42,19 @@ class Clock(simpy.Environment):
             for sync in self.syncs:
                 sync()
 
-    def park(self, at_s: float, actor: StepEnd, priority: int = NORMAL) -> None:
+    def park(
+        self,
+        at_s: float,
+        actor: StepEnd,
+        priority: int = NORMAL,
+        quiet: Iterator[float] | None = None,
+    ) -> None:
         """Call `actor.step_ended()` at simulated time `at_s` (>= now), ordered as an event of
-        this priority scheduled now would be (NORMAL: a timeout; URGENT: a process's start)."""
-        heappush(self._step_ends, (at_s, priority, next(self._eid), actor))
+        this priority scheduled now would be (NORMAL: a timeout; URGENT: a process's start).
+        `quiet` (a node's decode span): while it yields, the end changes nothing outside the
+        actor and only counts: the clock parks the next end at the time it yields, as `park`
+        would have then (step_ended is called at the first end it yields none for)."""
+        heappush(self._step_ends, (at_s, priority, next(self._eid), actor, quiet))
 
     def peek(self) -> float:
         parked = self._step_ends[0][0] if self._step_ends else float("inf")
@@ -61,14 +65,14 @@ class Clock(simpy.Environment):
         ends, queue, eid = self._step_ends, self._queue, self._eid
         # Ids are unique, so the tuples compare on (time, priority, id) and never further.
         while ends and (not queue or ends[0] < queue[0]):  # type: ignore[operator]
-            at_s, _, _, actor = ends[0]
+            at_s, _, _, actor, quiet = ends[0]
             self._now = at_s
             self.num_step_ends += 1
-            next_s = actor.quiet_end()
+            next_s = None if quiet is None else next(quiet, None)
             if next_s is None:
                 heappop(ends)
                 actor.step_ended()
             else:  # pop this end and park the next one (as `park` would), in one heap pass
-                heapreplace(ends, (next_s, NORMAL, next(eid), actor))
+                heapreplace(ends, (next_s, NORMAL, next(eid), actor, quiet))
         self.num_events += 1
         super().step()

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import reduce
-from itertools import accumulate, islice
-from operator import add
+from itertools import accumulate
+from operator import add, length_hint
 
 import simpy
 from simpy.core import URGENT
@@ -86,15 +86,19 @@ class Node(SchedulerQueues):
         self._span_prices_of = getattr(executor, "decode_span_prices", None)
         self._span_ok = self._repeat_ok and on_step is None and self._span_prices_of is not None
         # Steps of a span are numbered from the one whose end started it (0). Step i >= 1 costs
-        # _span_prices[i - 1] and ends at _span_times[i] (filled in as `_sync` needs them).
+        # _span_prices[i - 1] and ends at _span_times[i]. The clock passes the span's quiet
+        # step ends by drawing the next end time from _span_ends (an iterator over
+        # _span_next_ends, the times of steps 2 .. the last): no call into the node. How many
+        # it drew is how many step ends the span passed (`_span_index`); cutting the list
+        # short ends the span with the step in flight.
         self._span = False  # a span is running
-        self._span_left = 0  # step ends the span may still pass before the node looks again
-        self._span_index = 0  # step ends passed inside the span (the step in flight is one more)
-        self._span_counted = 0  # ... of which busy_s and num_steps count
+        self._span_counted = 0  # step ends passed of which busy_s and num_steps count
         self._span_applied = 1  # steps below this one are applied (the span's state is behind
         # while _span_applied <= _span_index)
         self._span_prices: list[float] = []
         self._span_times: list[float] = []
+        self._span_next_ends: list[float] = []
+        self._span_ends = iter(self._span_next_ends)
         self._span_first_sum = 0  # decode context sum of step 1
         self._span_keys: set[int] | None = None  # page keys the span indexes (when asked)
         if self._span_ok:
@@ -111,21 +115,29 @@ class Node(SchedulerQueues):
 
     @property
     def kv(self) -> KVManager:
-        if self._span_applied <= self._span_index:
+        if self._span:
             self._sync()
         return self.scheduler.kv
 
     @property
     def waiting(self):
-        if self._span_applied <= self._span_index:
+        if self._span:
             self._sync()
         return self.scheduler.waiting
 
     @property
     def running(self) -> list[Sequence]:
-        if self._span_applied <= self._span_index:
+        if self._span:
             self._sync()
         return self.scheduler.running
+
+    @property
+    def _span_index(self) -> int:
+        """Step ends passed inside the span (the step in flight is one more): the end times
+        the clock drew (none when no span runs)."""
+        if not self._span:
+            return 0
+        return len(self._span_next_ends) - length_hint(self._span_ends)
 
     def free_tokens(self) -> int:
         """kv.free_tokens() as the step-by-step driver shows it now, without bringing a span up
@@ -150,7 +162,7 @@ class Node(SchedulerQueues):
         stored = self._span_keys
         if stored is None:  # the keys of every page the span indexes (from its first step)
             stored = self._span_keys = self.scheduler.span_store_keys(
-                self._batch_seqs, self._span_index + self._span_left + 1
+                self._batch_seqs, len(self._span_next_ends) + 1
             )
         if not stored.isdisjoint(keys):
             self._sync()
@@ -175,7 +187,7 @@ class Node(SchedulerQueues):
     def submit(self, seq: Sequence) -> None:
         if self._span:  # new work: the span ends with the step in flight
             self._sync()
-            self._span_left = 0
+            del self._span_next_ends[self._span_applied - 1 :]  # the clock draws no more
         seq.node = self.node_id
         if self.down:  # routed before the crash was known (or every node is down)
             self._lose([seq])
@@ -201,7 +213,7 @@ class Node(SchedulerQueues):
             if self._span:  # it ran out: the step that just ended is the node's own again
                 self._sync()
                 self._span = False
-                self._span_applied, self._span_index = 1, 0
+                self._span_applied = 1
                 self._span_prices, self._span_times = [], []
             if self._batch_decode and self._repeat():
                 return
@@ -209,16 +221,6 @@ class Node(SchedulerQueues):
         wait = self._advance()
         if wait is not None:
             wait.callbacks.append(self._serve)
-
-    def quiet_end(self) -> float | None:
-        """The clock reached the end of this node's parked step (sim/clock.py). Inside a span
-        the end only counts: returns when the next step ends, at its known price (see `_sync`);
-        else None."""
-        if not self._span_left:
-            return None
-        self._span_left -= 1
-        index = self._span_index = self._span_index + 1
-        return self.env._now + self._span_prices[index]
 
     def step_ended(self) -> None:
         self._serve()
@@ -272,10 +274,12 @@ class Node(SchedulerQueues):
         if self._span_ok and self._start_span(step, now):  # applied later (_sync)
             step_s = self._span_prices[0]
             self._decode_sum += len(seqs)
-        else:
-            scheduler.repeat_decode(seqs, now)
-            self._decode_sum += len(seqs)
-            step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
+            self._in_flight = (step, now, step_s)
+            self.env.park(self._span_times[1], self, quiet=self._span_ends)  # type: ignore[attr-defined]
+            return True
+        scheduler.repeat_decode(seqs, now)
+        self._decode_sum += len(seqs)
+        step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
         self._in_flight = (step, now, step_s)
         self.env.park(now + step_s, self)  # type: ignore[attr-defined]
         return True
@@ -296,11 +300,13 @@ class Node(SchedulerQueues):
             return False
         self._span_prices = prices
         self._span_keys = None
-        self._span_times = [now]
+        # Each end is the previous one plus its price, as the clock would park them one by one.
+        times = self._span_times = list(accumulate(prices, initial=now))
+        self._span_next_ends = times[2:]
+        self._span_ends = iter(self._span_next_ends)
         self._span_first_sum = first
         self._span = True
-        self._span_index = self._span_counted = self._span_applied = 0
-        self._span_left = span - 1
+        self._span_counted = self._span_applied = 0
         return True
 
     def _sync(self) -> None:
@@ -311,9 +317,6 @@ class Node(SchedulerQueues):
             return
         step = self._in_flight[0]  # type: ignore[index]
         prices, times = self._span_prices, self._span_times
-        if len(times) <= k:  # the clock parked each end at the previous one plus its price
-            last = len(times) - 1
-            times.extend(islice(accumulate(prices[last:k], initial=times[last]), 1, None))
         counted = self._span_counted
         self.busy_s = reduce(add, prices[counted:k], self.busy_s)  # += each, in order
         self.num_steps += k - counted
