@@ -234,16 +234,28 @@ def downsample_mean(
 ) -> pd.DataFrame:
     """Mean per time bucket (queues, load): the level, not single spikes."""
     b = bucket_index(frame.time_s.to_numpy(), max_points)
-    return frame.assign(_b=b).groupby("_b")[["time_s", *value_cols]].mean().reset_index(drop=True)
+    return frame[["time_s", *value_cols]].groupby(b).mean().reset_index(drop=True)
 
 
 def downsample_peak(
     frame: pd.DataFrame, by: str, max_points: int = MAX_SERIES_POINTS
 ) -> pd.DataFrame:
     """Per time bucket the one sample where `by` peaks (memory): peaks survive, stacks stay consistent."""
-    b = bucket_index(frame.time_s.to_numpy(), max_points)
-    idx = frame.assign(_b=b).groupby("_b")[by].idxmax()
-    return frame.loc[idx.to_numpy()].reset_index(drop=True)
+    rows = peak_rows(frame.time_s.to_numpy(), frame[by].to_numpy(), max_points)
+    return frame.iloc[rows].reset_index(drop=True)
+
+
+def peak_rows(
+    times: np.ndarray, values: np.ndarray, max_points: int = MAX_SERIES_POINTS
+) -> np.ndarray:
+    """Positions of downsample_peak's samples, bucket by bucket: each bucket's first sample
+    holding its largest value (NaN counts as lowest)."""
+    if times.size == 0:
+        return np.arange(0)
+    b = bucket_index(times, max_points)
+    order = np.lexsort((-values, b))  # stable: equal peaks stay in sample order
+    starts = np.flatnonzero(np.diff(b[order], prepend=-1))
+    return order[starts]
 
 
 def cdf_points(

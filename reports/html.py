@@ -55,10 +55,7 @@ def _pieces(runs: list[Run], arms: list[Arm], gantt_window) -> dict[str, Callabl
     """The page's figures (nearly all of its rendering time), the costliest first."""
     return {
         **plots_gantt.gantt_pieces(runs, gantt_window),
-        **{
-            f"kv-{i}": partial(plots_cluster.kv_memory_figure, a, f"{i}")
-            for i, a in enumerate(arms)
-        },
+        "kv": partial(plots_cluster.kv_memory_figures, arms),
         "node-load": partial(plots_cluster.node_load_figure, arms),
         "studies": partial(studies.study_sections, arms),
         "ttft-vs-prompt": partial(plots_latency.ttft_scatter_figure, arms),
@@ -73,7 +70,7 @@ def _pieces(runs: list[Run], arms: list[Arm], gantt_window) -> dict[str, Callabl
 
 
 def _memory_body(arms: list[Arm], figs: dict[str, Any]) -> str:
-    kv = [figs[f"kv-{i}"] for i in range(len(arms))]
+    kv = figs["kv"]
     if not any(kv):
         return (
             '<p class="note">No arm recorded KV memory (kv_allocated_bytes) in timeseries.csv.</p>'

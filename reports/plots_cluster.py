@@ -10,21 +10,23 @@ import math
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from reports.figures import (
     MAX_PANEL_POINTS,
     color,
     downsample_mean,
-    downsample_peak,
     figure_html,
     legend_outside,
     mpl_label,
     new_figure,
+    peak_rows,
     thousands,
 )
 from reports.rundata import Arm
 
 GB = 1e9
+PanelGrid = tuple[Figure, np.ndarray]  # a figure and its 2-D array of axes
 # Stacked KV layers: (label, column or (minuend, subtrahend), colour). Allocated is split into the
 # bytes holding real tokens and the idle rest (contiguous: the reserved tail; paged: last-page slots).
 KV_LAYERS = [
@@ -49,23 +51,31 @@ def _layer(frame: pd.DataFrame, spec) -> np.ndarray | None:
     return frame[spec].to_numpy() / GB if _has(frame, spec) else None
 
 
-def kv_memory_figure(arm: Arm, key: str) -> str | None:
+def kv_memory_figures(arms: list[Arm]) -> list[str | None]:
+    """Every arm's KV memory figure (None where an arm has no KV samples). Arms with as many
+    nodes are drawn on one figure in turn, wiped in between: its axes and ticks cost more to
+    build than to draw (a quarter of these figures' time), and a wiped figure draws the same
+    bytes as a new one (tests/reports/test_figures.py)."""
+    grids: dict[int, PanelGrid] = {}
+    return [kv_memory_figure(a, f"{i}", grids) for i, a in enumerate(arms)]
+
+
+def kv_memory_figure(arm: Arm, key: str, grids: dict[int, PanelGrid] | None = None) -> str | None:
     """One panel per node: stacked KV bytes, fragmentation, allocator pool and the physical limit."""
     s = arm.series_rows
     if not _has(s, "kv_allocated_bytes"):
         return None
     nodes = sorted(s.node.unique())
-    ncols = min(4, len(nodes))
-    nrows = math.ceil(len(nodes) / ncols)
-    fig, axes = new_figure(
-        nrows, ncols, width=2.6 * ncols + 1.6, height=2.0 * nrows + 0.6, sharex=True, sharey=True
-    )
+    fig, axes = _panel_grid(len(nodes), {} if grids is None else grids)
     held = [
         c for c in ("kv_allocated_bytes", "kv_cached_bytes", "kv_retired_bytes") if c in s.columns
     ]
+    times, node_ids = s.time_s.to_numpy(), s.node.to_numpy()
+    held_bytes = s[held].sum(axis=1).to_numpy()  # what each node's peak sample is chosen by
     for ax, node in zip(axes.flat, nodes, strict=False):
-        f = s[s.node == node]
-        f = downsample_peak(f.assign(_held=f[held].sum(axis=1)), "_held", MAX_PANEL_POINTS)
+        rows = np.flatnonzero(node_ids == node)
+        rows = rows[peak_rows(times[rows], held_bytes[rows], MAX_PANEL_POINTS)]
+        f = s.iloc[rows].reset_index(drop=True)
         layers = [(label, _layer(f, spec), c) for label, spec, c in KV_LAYERS]
         layers = [x for x in layers if x[1] is not None]
         if not _has(f, "kv_live_bytes"):
@@ -106,8 +116,6 @@ def kv_memory_figure(arm: Arm, key: str) -> str | None:
                 label="physical limit",
             )
         ax.set_title(f"node {node}", fontsize=8)
-    for ax in list(axes.flat)[len(nodes) :]:
-        ax.set_visible(False)
     legend_outside(axes[0, -1])
     fig.suptitle(mpl_label(f"KV memory over time per node: {arm.label}"))
     fig.supxlabel("simulated time (s)")
@@ -118,6 +126,35 @@ def kv_memory_figure(arm: Arm, key: str) -> str | None:
         "evict, preempt or fail (each point is the peak sample of its time bucket)."
     )
     return figure_html(fig, f"kv-{key}", f"KV memory over time: {arm.label}", caption)
+
+
+def _panel_grid(num_panels: int, grids: dict[int, PanelGrid]) -> PanelGrid:
+    """Up to 4 panels a row sharing both axes: the grid kept in `grids` for this many panels,
+    wiped, or a new one, kept there."""
+    if num_panels in grids:
+        return _wiped(*grids[num_panels])
+    ncols = min(4, num_panels)
+    nrows = math.ceil(num_panels / ncols)
+    fig, axes = new_figure(
+        nrows, ncols, width=2.6 * ncols + 1.6, height=2.0 * nrows + 0.6, sharex=True, sharey=True
+    )
+    for ax in list(axes.flat)[num_panels:]:
+        ax.set_visible(False)
+    grids[num_panels] = (fig, axes)
+    return fig, axes
+
+
+def _wiped(fig: Figure, axes: np.ndarray) -> PanelGrid:
+    """The grid as new: no lines, areas or legend; no data limits; each axes back at its
+    subplot's position (where constrained layout starts)."""
+    for ax in axes.flat:
+        for artist in [*ax.collections, *ax.lines]:
+            artist.remove()
+        if (legend := ax.get_legend()) is not None:
+            legend.remove()
+        ax.relim()
+        ax.set_subplotspec(ax.get_subplotspec())
+    return fig, axes
 
 
 def queue_figure(arms: list[Arm]) -> str | None:

@@ -20,9 +20,13 @@ from reports.figures import (
     cdf_points,
     downsample_peak,
     new_figure,
+    peak_rows,
     scatter_keep,
+    style,
     svg,
 )
+from reports.plots_cluster import kv_memory_figure, kv_memory_figures
+from reports.rundata import load_run
 
 latencies = arrays(np.float64, st.integers(0, 5000), elements=st.floats(0.1, 1e6, allow_nan=False))
 
@@ -64,6 +68,33 @@ def test_downsample_peak_keeps_each_bucket_maximum():
     d = downsample_peak(frame, "kv", max_points=100)
     assert len(d) == 100 and d.kv.max() == frame.kv.max() and 501.0 in d.time_s.to_numpy()
     assert bucket_index(t[:50], 100).tolist() == list(range(50))  # short series: untouched
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(0, 5)), min_size=1, max_size=600),
+    st.integers(1, 40),
+)
+def test_peak_rows_pick_each_buckets_first_peak(samples, max_points):
+    """As pandas' idxmax per bucket: the first sample holding the bucket's largest value (ties
+    are common in integer byte counts), in bucket order, whatever the order of the times."""
+    times = np.array([t for t, _ in samples], dtype=float)
+    values = np.array([v for _, v in samples])
+    b = bucket_index(times, max_points)
+    expected = pd.Series(values).groupby(b).idxmax().to_numpy()
+    np.testing.assert_array_equal(peak_rows(times, values, max_points), expected)
+
+
+def test_kv_figures_drawn_on_one_wiped_figure_equal_new_figures(tiny_run):
+    """The arms' KV figures, drawn in turn on one figure, are each byte for byte the figure a
+    new one draws (a leftover line, limit or axes position would show)."""
+    arms = list(load_run(tiny_run).arms.values())
+    with style():
+        fresh = [kv_memory_figure(a, f"{i}") for i, a in enumerate(arms)]
+        assert kv_memory_figures(arms) == fresh
+        assert kv_memory_figures(arms[::-1]) == [
+            kv_memory_figure(a, f"{i}") for i, a in enumerate(arms[::-1])
+        ]
 
 
 def test_best_value_ignores_ties_in_what_is_shown():
