@@ -551,7 +551,7 @@ def repeat_errors(run: EngineRun, tokens: int, repeat_dir: Path) -> dict:
     counts, _ = replay(repeat, measured_requests(repeat)[0])
     generated = (tokens, counts["output_tokens_measured"])
     out = serving_errors(run.requests, repeat.requests, run.cfg.duration_s, generated)
-    return {"run": str(repeat_dir), **_finite(out)}
+    return {"run": repeat_dir.name, **_finite(out)}
 
 
 def _finite(result: dict) -> dict:

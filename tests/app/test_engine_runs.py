@@ -17,7 +17,19 @@ import pytest
 from kvsched.validate import validate
 
 RUNS = Path(__file__).resolve().parents[2] / "engine" / "runs"
-MEASURED = sorted(p.parent.parent for p in RUNS.glob("*/engine/steps.csv"))
+
+
+def _runs_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, RUNS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# How each committed file is computed: engine/runs/validations.py writes them
+runs = _runs_module("validations")
+MEASURED = runs.measured_runs()
 
 
 def needs_trace_slice(run_dir: Path) -> None:
@@ -28,18 +40,10 @@ def needs_trace_slice(run_dir: Path) -> None:
     path = config["workload"]["params"].get("path")
     if not path or (RUNS.parents[1] / path).is_file():
         return
-    slicer = _azure_slice()
+    slicer = _runs_module("azure_slice")
     if RUNS.parents[1] / path != slicer.SLICE or not slicer.TRACE.is_file():
         pytest.skip(f"{run_dir.name}: trace slice {path} not on this machine")
     slicer.build()
-
-
-def _azure_slice():
-    spec = importlib.util.spec_from_file_location("azure_slice", RUNS / "azure_slice.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_there_are_measured_runs():
@@ -49,7 +53,7 @@ def test_there_are_measured_runs():
 @pytest.mark.parametrize("run_dir", MEASURED, ids=[p.name for p in MEASURED])
 def test_the_replay_agrees_exactly_and_the_committed_numbers_hold(run_dir):
     needs_trace_slice(run_dir)
-    result, _ = validate(run_dir)
+    result, _ = validate(run_dir, repeat=runs.repeat_for(run_dir))
     assert result["cached_tokens_mismatch"] == 0
     assert result["step_composition_mismatch"] == 0
     assert_committed(result, run_dir / "validation.json")
@@ -58,26 +62,17 @@ def test_the_replay_agrees_exactly_and_the_committed_numbers_hold(run_dir):
 HELD_OUT = sorted(p.parent for p in RUNS.glob("*/validation_heldout.json"))
 
 
-def probe_for(run_dir: Path) -> Path:
-    """The overhead probe run of the same model and TP (engine/runs/configs/*overhead_probe*)."""
-    tp2 = run_dir.name.startswith("article70b_tp2")
-    return RUNS / ("article70b_tp2_overhead_probe" if tp2 else "overhead_probe")
-
-
 @pytest.mark.parametrize("run_dir", HELD_OUT, ids=[p.name for p in HELD_OUT])
 def test_overheads_measured_on_the_probe_judged_on_the_workloads(run_dir):
     needs_trace_slice(run_dir)
-    probe = probe_for(run_dir)
+    probe = runs.probe_for(run_dir)
     assert probe != run_dir, "the terms are judged on runs they were not measured on"
-    result, _ = validate(run_dir, overhead_from=probe)
+    result, _ = validate(run_dir, overhead_from=probe, repeat=runs.repeat_for(run_dir))
     assert result["step_overhead_s"] > 0  # the probe's measured terms are applied
     assert_committed(result, run_dir / "validation_heldout.json")
 
 
-DECODE_TERMS = {
-    "l2": {"shared_page_reads": "l2"},
-    "ragged": {"ragged_decode": "measured"},
-}
+DECODE_TERMS = runs.DECODE_TERMS
 WITH_TERMS = sorted(
     (p.parent, name)
     for name in DECODE_TERMS
@@ -92,7 +87,9 @@ def test_held_out_with_a_measured_decode_term_on(run_dir, name):
     """The same, with a measured decode batch term on (gpu.shared_page_reads: l2, or
     gpu.ragged_decode: measured)."""
     needs_trace_slice(run_dir)
-    result, _ = validate(run_dir, probe_for(run_dir), DECODE_TERMS[name])
+    result, _ = validate(
+        run_dir, runs.probe_for(run_dir), DECODE_TERMS[name], runs.repeat_for(run_dir)
+    )
     for field, value in DECODE_TERMS[name].items():
         assert result[field] == value
     assert_committed(result, run_dir / f"validation_heldout_{name}.json")
@@ -100,8 +97,14 @@ def test_held_out_with_a_measured_decode_term_on(run_dir, name):
 
 def assert_committed(result: dict, committed: Path) -> None:
     assert committed.is_file(), f"{committed} is not committed"
-    for key, value in json.loads(committed.read_text()).items():
+    assert_same(result, json.loads(committed.read_text()))
+
+
+def assert_same(result: dict, committed: dict) -> None:
+    for key, value in committed.items():
         if isinstance(value, float):
             assert result[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        elif isinstance(value, dict):  # the repeat's errors
+            assert_same(result[key], value)
         elif key != "run":
             assert result[key] == value, key

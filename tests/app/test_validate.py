@@ -149,7 +149,7 @@ def test_a_repeat_is_compared_with_the_run_as_the_simulation_is(tmp_path):
 
     assert "engine vs its repeat" in render_validation(result, tables)
     same = result["repeat"]  # the same config, seed and model: the same run
-    assert same["run"] == str(repeat) and same["requests_compared"] == result["requests_compared"]
+    assert same["run"] == "repeat" and same["requests_compared"] == result["requests_compared"]
     for key in ("ttft", "tpot", "e2e"):
         assert same[f"{key}_median_abs_err"] == 0 and same[f"{key}_p90_abs_err"] == 0, key
     assert same["throughput_abs_err"] == 0

@@ -1,0 +1,69 @@
+"""Write the committed fidelity files of the engine runs under engine/runs/ (what
+tests/app/test_engine_runs.py recomputes and compares).
+
+    python engine/runs/validations.py [RUN ...]
+
+Per run: validation.json (`kvsched validate RUN`: the kernels as calibrated). Per workload run
+(not a probe, not a repeat): validation_heldout.json (`--overhead-from` the probe of the same
+model and TP), and validation_heldout_l2.json / validation_heldout_ragged.json (the same with
+one measured decode term on). A run with a repeat beside it (`<run>_repeat/`, the same config
+served again in the same device call) carries the engine's run-to-run errors (`--repeat`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from kvsched.validate import validate
+
+RUNS = Path(__file__).resolve().parent
+DECODE_TERMS = {
+    "l2": {"shared_page_reads": "l2"},
+    "ragged": {"ragged_decode": "measured"},
+}
+
+
+def measured_runs() -> list[Path]:
+    return sorted(p.parent.parent for p in RUNS.glob("*/engine/steps.csv"))
+
+
+def probe_for(run_dir: Path) -> Path:
+    """The overhead probe run of the same model and TP (engine/runs/configs/*overhead_probe*)."""
+    tp2 = run_dir.name.startswith("article70b_tp2")
+    return RUNS / ("article70b_tp2_overhead_probe" if tp2 else "overhead_probe")
+
+
+def repeat_for(run_dir: Path) -> Path | None:
+    """The same config served again in the same call, if there is one."""
+    repeat = run_dir.with_name(run_dir.name + "_repeat")
+    return repeat if (repeat / "engine" / "steps.csv").is_file() else None
+
+
+def is_workload(run_dir: Path) -> bool:
+    return "overhead_probe" not in run_dir.name and not run_dir.name.endswith("_repeat")
+
+
+def write(result: dict, path: Path) -> None:
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{path.relative_to(RUNS)}: step {result['step_time_median_abs_err']:.3f}, "
+          f"TTFT {result['ttft_median_abs_err']:.3f} / {result['ttft_p90_abs_err']:.3f}")  # fmt: skip
+
+
+def main() -> None:
+    runs = [RUNS / name for name in sys.argv[1:]] or measured_runs()
+    for run_dir in runs:
+        repeat = repeat_for(run_dir)
+        write(validate(run_dir, repeat=repeat)[0], run_dir / "validation.json")
+        if not is_workload(run_dir):
+            continue
+        probe = probe_for(run_dir)
+        write(validate(run_dir, probe, repeat=repeat)[0], run_dir / "validation_heldout.json")
+        for name, terms in DECODE_TERMS.items():
+            result = validate(run_dir, probe, terms, repeat)[0]
+            write(result, run_dir / f"validation_heldout_{name}.json")
+
+
+if __name__ == "__main__":
+    main()
