@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from reports.figures import (
     MAX_PANEL_POINTS,
@@ -23,10 +22,10 @@ from reports.figures import (
     peak_rows,
     thousands,
 )
+from reports.panels import PanelGrid, limits_fitted_once, panel_grid
 from reports.rundata import Arm
 
 GB = 1e9
-PanelGrid = tuple[Figure, np.ndarray]  # a figure and its 2-D array of axes
 # Stacked KV layers: (label, column or (minuend, subtrahend), colour). Allocated is split into the
 # bytes holding real tokens and the idle rest (contiguous: the reserved tail; paged: last-page slots).
 KV_LAYERS = [
@@ -52,10 +51,9 @@ def _layer(frame: pd.DataFrame, spec) -> np.ndarray | None:
 
 
 def kv_memory_figures(arms: list[Arm]) -> list[str | None]:
-    """Every arm's KV memory figure (None where an arm has no KV samples). Arms with as many
-    nodes are drawn on one figure in turn, wiped in between: its axes and ticks cost more to
-    build than to draw (a quarter of these figures' time), and a wiped figure draws the same
-    bytes as a new one (tests/reports/test_figures.py)."""
+    """Every arm's KV memory figure (None where an arm has no KV samples); arms with as many
+    nodes are drawn in turn on one panel grid (reports/panels.py: a quarter of these figures'
+    time was building their axes and ticks)."""
     grids: dict[int, PanelGrid] = {}
     return [kv_memory_figure(a, f"{i}", grids) for i, a in enumerate(arms)]
 
@@ -66,56 +64,18 @@ def kv_memory_figure(arm: Arm, key: str, grids: dict[int, PanelGrid] | None = No
     if not _has(s, "kv_allocated_bytes"):
         return None
     nodes = sorted(s.node.unique())
-    fig, axes = _panel_grid(len(nodes), {} if grids is None else grids)
+    fig, axes = panel_grid(len(nodes), {} if grids is None else grids)
     held = [
         c for c in ("kv_allocated_bytes", "kv_cached_bytes", "kv_retired_bytes") if c in s.columns
     ]
     times, node_ids = s.time_s.to_numpy(), s.node.to_numpy()
     held_bytes = s[held].sum(axis=1).to_numpy()  # what each node's peak sample is chosen by
-    for ax, node in zip(axes.flat, nodes, strict=False):
-        rows = np.flatnonzero(node_ids == node)
-        rows = rows[peak_rows(times[rows], held_bytes[rows], MAX_PANEL_POINTS)]
-        f = s.iloc[rows].reset_index(drop=True)
-        layers = [(label, _layer(f, spec), c) for label, spec, c in KV_LAYERS]
-        layers = [x for x in layers if x[1] is not None]
-        if not _has(f, "kv_live_bytes"):
-            layers.insert(0, ("allocated", f.kv_allocated_bytes.to_numpy() / GB, "#0072B2"))
-        ax.stackplot(
-            f.time_s,
-            *[v for _, v, _ in layers],
-            labels=[lb for lb, _, _ in layers],
-            colors=[c for _, _, c in layers],
-            lw=0,
-        )
-        if _has(f, "kv_fragmentation_bytes"):
-            ax.plot(
-                f.time_s,
-                f.kv_fragmentation_bytes / GB,
-                color="#E69F00",
-                lw=1,
-                label="fragmentation",
-            )
-        if (
-            _has(f, "kv_pool_bytes", "kv_capacity_bytes")
-            and (f.kv_pool_bytes != f.kv_capacity_bytes).any()
-        ):
-            ax.plot(
-                f.time_s,
-                f.kv_pool_bytes / GB,
-                color="#555",
-                lw=0.9,
-                ls="--",
-                label="allocator pool",
-            )
-        if _has(f, "kv_capacity_bytes"):
-            ax.axhline(
-                f.kv_capacity_bytes.max() / GB,
-                color="#D55E00",
-                lw=1.1,
-                ls="-.",
-                label="physical limit",
-            )
-        ax.set_title(f"node {node}", fontsize=8)
+    with limits_fitted_once(axes):
+        for ax, node in zip(axes.flat, nodes, strict=False):
+            rows = np.flatnonzero(node_ids == node)
+            rows = rows[peak_rows(times[rows], held_bytes[rows], MAX_PANEL_POINTS)]
+            _kv_panel(ax, s.iloc[rows].reset_index(drop=True))
+            ax.set_title(f"node {node}", fontsize=8)
     legend_outside(axes[0, -1])
     fig.suptitle(mpl_label(f"KV memory over time per node: {arm.label}"))
     fig.supxlabel("simulated time (s)")
@@ -128,33 +88,47 @@ def kv_memory_figure(arm: Arm, key: str, grids: dict[int, PanelGrid] | None = No
     return figure_html(fig, f"kv-{key}", f"KV memory over time: {arm.label}", caption)
 
 
-def _panel_grid(num_panels: int, grids: dict[int, PanelGrid]) -> PanelGrid:
-    """Up to 4 panels a row sharing both axes: the grid kept in `grids` for this many panels,
-    wiped, or a new one, kept there."""
-    if num_panels in grids:
-        return _wiped(*grids[num_panels])
-    ncols = min(4, num_panels)
-    nrows = math.ceil(num_panels / ncols)
-    fig, axes = new_figure(
-        nrows, ncols, width=2.6 * ncols + 1.6, height=2.0 * nrows + 0.6, sharex=True, sharey=True
+def _kv_panel(ax, f: pd.DataFrame) -> None:
+    """One node's panel from its (downsampled) samples `f`."""
+    layers = [(label, _layer(f, spec), c) for label, spec, c in KV_LAYERS]
+    layers = [x for x in layers if x[1] is not None]
+    if not _has(f, "kv_live_bytes"):
+        layers.insert(0, ("allocated", f.kv_allocated_bytes.to_numpy() / GB, "#0072B2"))
+    ax.stackplot(
+        f.time_s,
+        *[v for _, v, _ in layers],
+        labels=[lb for lb, _, _ in layers],
+        colors=[c for _, _, c in layers],
+        lw=0,
     )
-    for ax in list(axes.flat)[num_panels:]:
-        ax.set_visible(False)
-    grids[num_panels] = (fig, axes)
-    return fig, axes
-
-
-def _wiped(fig: Figure, axes: np.ndarray) -> PanelGrid:
-    """The grid as new: no lines, areas or legend; no data limits; each axes back at its
-    subplot's position (where constrained layout starts)."""
-    for ax in axes.flat:
-        for artist in [*ax.collections, *ax.lines]:
-            artist.remove()
-        if (legend := ax.get_legend()) is not None:
-            legend.remove()
-        ax.relim()
-        ax.set_subplotspec(ax.get_subplotspec())
-    return fig, axes
+    if _has(f, "kv_fragmentation_bytes"):
+        ax.plot(
+            f.time_s,
+            f.kv_fragmentation_bytes / GB,
+            color="#E69F00",
+            lw=1,
+            label="fragmentation",
+        )
+    if (
+        _has(f, "kv_pool_bytes", "kv_capacity_bytes")
+        and (f.kv_pool_bytes != f.kv_capacity_bytes).any()
+    ):
+        ax.plot(
+            f.time_s,
+            f.kv_pool_bytes / GB,
+            color="#555",
+            lw=0.9,
+            ls="--",
+            label="allocator pool",
+        )
+    if _has(f, "kv_capacity_bytes"):
+        ax.axhline(
+            f.kv_capacity_bytes.max() / GB,
+            color="#D55E00",
+            lw=1.1,
+            ls="-.",
+            label="physical limit",
+        )
 
 
 def queue_figure(arms: list[Arm]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 
 import matplotlib.ticker
 import numpy as np
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from matplotlib.figure import Figure
 
+from reports import plots_cluster
 from reports.catalog import best_value, fmt
 from reports.figures import (
     MAX_CDF_BODY_POINTS,
@@ -95,6 +97,14 @@ def test_kv_figures_drawn_on_one_wiped_figure_equal_new_figures(tiny_run):
         assert kv_memory_figures(arms[::-1]) == [
             kv_memory_figure(a, f"{i}") for i, a in enumerate(arms[::-1])
         ]
+
+
+def test_kv_limits_fitted_once_equal_limits_refitted_per_area(tiny_run, monkeypatch):
+    arms = list(load_run(tiny_run).arms.values())
+    with style():
+        once = kv_memory_figures(arms)
+        monkeypatch.setattr(plots_cluster, "limits_fitted_once", lambda axes: nullcontext())
+        assert kv_memory_figures(arms) == once
 
 
 def test_best_value_ignores_ties_in_what_is_shown():
