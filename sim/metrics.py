@@ -75,7 +75,7 @@ class Recorder:
 
     def sample(self, now: float, cluster: Cluster) -> None:
         for node in cluster.nodes:
-            u = node.kv.usage()
+            u, counters = node.kv_usage()  # a node's decode span not brought up to date
             tb = cluster.token_bytes
             load = node_load(
                 u.allocated_bytes // tb,
@@ -100,7 +100,7 @@ class Recorder:
                     load,
                     u.internal_frag_bytes,
                     u.index_bytes,
-                    *_sampled_counters(node.kv.counters()),
+                    *_sampled_counters(counters),
                 )
             )
 

@@ -36,7 +36,8 @@ from simpy.core import URGENT
 
 from sim.config import NodeConfig
 from sim.executor import StepExecutor
-from sim.kv.protocol import KVManager
+from sim.kv.manager import KVUsage
+from sim.kv.protocol import CacheCounters, KVManager
 from sim.scheduler import Scheduler, SchedulerQueues, Step
 from sim.sequence import Sequence
 
@@ -152,6 +153,17 @@ class Node(SchedulerQueues):
         """(free_tokens(), used_tokens()), the span's pages counted once (the router's views)."""
         kv, span = self.scheduler.kv, self._span_tokens()
         return kv.free_tokens() - span, kv.used_tokens() + span
+
+    def kv_usage(self) -> tuple[KVUsage, CacheCounters]:
+        """(kv.usage(), kv.counters()) as the step-by-step driver shows them now; a span's
+        steps not applied yet only take new pages and hold more tokens, counted without
+        applying them where that is all they do (Scheduler.usage_ahead)."""
+        pairs = self._span_index + 1 - self._span_applied  # steps ended, not applied
+        if pairs > 0:
+            usage = self.scheduler.usage_ahead(self._batch_seqs, pairs)
+            if usage is not None:
+                return usage, self.scheduler.kv.counters()
+        return self.kv.usage(), self.scheduler.kv.counters()
 
     def sync_index(self, keys: set[int]) -> None:
         """Index the pages a span's ended steps filled (and tell the cache's listeners, the

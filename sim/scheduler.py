@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import NodeConfig
-from sim.kv.protocol import KVManager, headroom_tokens
+from sim.kv.manager import KVUsage
+from sim.kv.protocol import CacheCounters, KVManager, headroom_tokens
 from sim.latency.base import StepPlan, StepShape
 from sim.policy_api import SchedulingPolicy
 from sim.sequence import Sequence, Status
@@ -264,6 +265,11 @@ class Scheduler:
         yet): what the KV's free and used tokens move by when they are (`repeat_decodes`)."""
         return self.kv.span_tokens(seqs, pairs)  # type: ignore[attr-defined]
 
+    def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage | None:
+        """The KV's usage once the next `pairs` repeats of a span are applied (not applied
+        yet), or None when only applying them tells."""
+        return self.kv.usage_ahead(seqs, pairs)  # type: ignore[attr-defined]
+
     def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
         """Page keys the next `pairs` repeats of a span index (not applied yet)."""
         return self.kv.span_store_keys(seqs, pairs)  # type: ignore[attr-defined]
@@ -303,3 +309,8 @@ class SchedulerQueues:
     @property
     def num_running(self) -> int:
         return len(self.scheduler.running)
+
+    def kv_usage(self) -> tuple[KVUsage, CacheCounters]:
+        """(kv.usage(), kv.counters()): what the time-series sampler reads."""
+        kv = self.scheduler.kv
+        return kv.usage(), kv.counters()

@@ -357,10 +357,32 @@ class PagedKV:
         return -(-total // self.page_size) * self.page_size <= usable
 
     def usage(self) -> KVUsage:
+        return self._usage(self.cache.pool.num_used, self.slot_tokens, self.held_tokens)
+
+    def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage | None:
+        """`usage()` once the next `pairs` (apply, plan again) pairs of a run `decode_span`
+        allowed are applied (`advance_decodes`), without applying them: their new pages and
+        held tokens only. None when applying them may do more that a reader sees (index pages;
+        count a use-after-free, which a race window allows): then apply them."""
+        if self.cache.prefix_cache or self.cache.pool.race_window_s:
+            return None
+        size = self.page_size
+        pages = held = 0
+        for seq in seqs:  # as advance_decodes grows each request
+            want = seq.num_computed + pairs + 1
+            new = -(-want // size) - len(seq.pages)
+            if new > 0:
+                pages += new
+            if want > seq.kv_tokens:
+                held += want - seq.kv_tokens
+        used = self.cache.pool.num_used + pages
+        return self._usage(used, self.slot_tokens + pages * size, self.held_tokens + held)
+
+    def _usage(self, num_used: int, slot_tokens: int, held_tokens: int) -> KVUsage:
         pool, pb, tb = self.cache.pool, self.cache.pool.page_bytes, self.token_bytes
-        allocated = pool.num_used * pb
-        frag = (self.slot_tokens - self.held_tokens) * tb  # unused slots of requests' last pages
-        block_tables = self.slot_tokens // self.page_size * BLOCK_TABLE_ENTRY_BYTES
+        allocated = num_used * pb
+        frag = (slot_tokens - held_tokens) * tb  # unused slots of requests' last pages
+        block_tables = slot_tokens // self.page_size * BLOCK_TABLE_ENTRY_BYTES
         return KVUsage(
             capacity_bytes=pool.num_pages * pb,
             allocated_bytes=allocated,
@@ -500,16 +522,24 @@ class ContiguousKV:
         return total <= self.max_model_len and self.reservation_tokens(seq) <= usable
 
     def usage(self) -> KVUsage:
+        return self._usage(self.live_tokens)
+
+    def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage:
+        """`usage()` once the next `pairs` pairs of a span are applied (`advance_decodes`):
+        reservations hold their tokens already, only the live tokens grow."""
+        return self._usage(self.live_tokens + pairs * len(seqs))
+
+    def _usage(self, live_tokens: int) -> KVUsage:
         a = self.alloc
         return KVUsage(
             capacity_bytes=a.capacity_bytes,
             allocated_bytes=a.used_bytes,
-            live_bytes=self.live_tokens * self.token_bytes,
+            live_bytes=live_tokens * self.token_bytes,
             cached_bytes=0,
             retired_bytes=0,
             fragmentation_bytes=a.fragmentation_bytes(),
             pool_bytes=a.pool_bytes,
-            internal_frag_bytes=max(0, a.used_bytes - self.live_tokens * self.token_bytes),
+            internal_frag_bytes=max(0, a.used_bytes - live_tokens * self.token_bytes),
         )
 
 
