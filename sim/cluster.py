@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+from simpy.core import URGENT
 
 from sim.cascade import CascadeExecutor, DecodeBatchExecutor
 from sim.clock import Clock
@@ -144,7 +145,10 @@ class Cluster:
     # -- running -------------------------------------------------------------------------------
     def run(self, progress=None) -> None:
         if self.workload.num_clients is None:
-            self.env.process(self._open_loop(self.workload.requests))
+            if self.cfg.exact_steps:
+                self.env.process(self._open_loop(self.workload.requests))
+            else:  # the same arrivals parked on the clock (where the process would start)
+                self.env.park(self.env.now, _Arrivals(self, self.workload.requests), URGENT)
         else:
             for client in range(self.workload.num_clients):
                 self.env.process(self._client(client))
@@ -184,6 +188,7 @@ class Cluster:
             )
 
     def _open_loop(self, requests: Iterator[Request]):
+        """The reference driver's arrival process (the default parks `_Arrivals` instead)."""
         for req in requests:
             assert req.arrival_s is not None  # an open-loop workload stamps every request
             if req.arrival_s >= self.cfg.duration_s:
@@ -254,3 +259,30 @@ class Cluster:
         seq.drop_tokens()
         if seq.done is not None and not seq.done.triggered:
             seq.done.succeed()
+
+
+class _Arrivals:
+    """The open loop without a SimPy process: each request's arrival is parked on the clock
+    where `Cluster._open_loop` would wait for its timeout (at now + (arrival - now), ordered
+    as that timeout), and dispatched when the clock reaches it: the same moments, in the same
+    order among all events."""
+
+    def __init__(self, cluster: Cluster, requests: Iterator[Request]):
+        self.cluster = cluster
+        self.requests = requests
+        self.pending: Request | None = None  # the request whose arrival is parked
+
+    def step_ended(self) -> None:
+        cluster, env = self.cluster, self.cluster.env
+        if self.pending is not None:
+            req, self.pending = self.pending, None
+            cluster.dispatch(req)
+        for req in self.requests:
+            assert req.arrival_s is not None  # an open-loop workload stamps every request
+            if req.arrival_s >= cluster.cfg.duration_s:
+                return
+            if req.arrival_s > env.now:
+                self.pending = req
+                env.park(env.now + (req.arrival_s - env.now), self)
+                return
+            cluster.dispatch(req)

@@ -110,10 +110,10 @@ class PagePool:
         assert 0 <= n <= self.num_free, "allocate() without enough free pages"
         if n <= ALLOCATE_AT_SCALAR_MAX:  # a decode's next page, a short chunk's: scalar
             return self.allocate_at([now] * n)[0]
-        pages = self._ring[(self._head + np.arange(n)) % self.num_pages]
+        pages = self._ring_slice(self._head, n)
         self._head = (self._head + n) % self.num_pages
         self.num_free -= n
-        self.use_after_free += int((self.read_until_s[pages] > now).sum())
+        self.use_after_free += int(np.count_nonzero(self.read_until_s[pages] > now))
         self.ref_count[pages] = 1
         self.state[pages] = USED
         self.num_used += n
@@ -127,7 +127,7 @@ class PagePool:
         assert n <= self.num_free, "allocate_at() without enough free pages"
         head, num_pages = self._head, self.num_pages
         if n > ALLOCATE_AT_SCALAR_MAX:
-            arr = self._ring[(head + np.arange(n)) % num_pages]
+            arr = self._ring_slice(head, n)
             unsafe_arr = self.read_until_s[arr] > np.array(nows)
             self.ref_count[arr] = 1
             self.state[arr] = USED
@@ -167,28 +167,31 @@ class PagePool:
         self.ref_count[arr] += 1
 
     def unref_many(
-        self, pages: list[int], indexed: np.ndarray, last_read_s: float = -np.inf
+        self, pages: list[int] | np.ndarray, indexed: np.ndarray, last_read_s: float = -np.inf
     ) -> np.ndarray:
         """Drop one reference from each of `pages` (distinct), last read by a step ending at last_read_s.
 
         At zero a page stays CACHED if indexed, else it is released. Returns the pages that hit zero.
         """
         arr = np.asarray(pages, dtype=np.int64)
-        assert (self.ref_count[arr] > 0).all(), "reference count would go negative"
-        self.ref_count[arr] -= 1
-        if last_read_s > -np.inf:  # pages are distinct, so a gather-max-scatter is exact
+        counts = self.ref_count[arr] - 1  # pages are distinct: gather, change, scatter is exact
+        assert not counts.size or counts.min() >= 0, "reference count would go negative"
+        self.ref_count[arr] = counts
+        if last_read_s > -np.inf:
             self.read_until_s[arr] = np.maximum(
                 self.read_until_s[arr], last_read_s + self.race_window_s
             )
-        zero = arr[self.ref_count[arr] == 0]
+        zero = arr[counts == 0]
         if zero.size:
             self.num_used -= int(zero.size)
             self.release_epoch[zero] = self.epochs.epoch
             keep = indexed[zero]
-            cached = zero[keep]
-            self.state[cached] = CACHED
-            self.num_cached += int(cached.size)
-            released = zero[~keep]
+            released = zero
+            if keep.any():  # indexed pages stay cached
+                cached = zero[keep]
+                self.state[cached] = CACHED
+                self.num_cached += int(cached.size)
+                released = zero[~keep]
             if released.size:
                 self._release(released, self.epochs.epoch)
         return zero
@@ -264,5 +267,16 @@ class PagePool:
         if n == 0:
             return
         self.state[pages] = FREE
-        self._ring[(self._head + self.num_free + np.arange(n)) % self.num_pages] = pages
+        tail = (self._head + self.num_free) % self.num_pages
+        if tail + n <= self.num_pages:  # no wrap: a slice
+            self._ring[tail : tail + n] = pages
+        else:
+            self._ring[(tail + np.arange(n)) % self.num_pages] = pages
         self.num_free += n
+
+    def _ring_slice(self, start: int, n: int) -> np.ndarray:
+        """int64 [n]: the ring's entries start, start + 1, ... (wrapping); a view when they do
+        not wrap (read at once, before the ring changes)."""
+        if start + n <= self.num_pages:
+            return self._ring[start : start + n]
+        return self._ring[(start + np.arange(n)) % self.num_pages]

@@ -233,10 +233,10 @@ class PagedKVCache:
         """A request that last read its pages at last_read_s is done: indexed pages stay cached."""
         if not pages:
             return
+        arr = np.asarray(pages, dtype=np.int64)
         if last_read_s > -np.inf:  # LRU order = when pages were last used, as vLLM frees tail first
-            arr = np.asarray(pages, dtype=np.int64)
             self.stats.last_access_s[arr] = np.maximum(self.stats.last_access_s[arr], last_read_s)
-        zero = self.pool.unref_many(pages, self.index.indexed, last_read_s)
+        zero = self.pool.unref_many(arr, self.index.indexed, last_read_s)
         self.index.prefix.on_released(pages, zero)  # a round may score them now
         if self._shortlist is not None:
             self._shortlist.on_cached(zero)
