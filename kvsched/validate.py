@@ -72,17 +72,27 @@ def load_engine_run(run_dir: Path) -> EngineRun:
 
 
 def _as_served(cfg: ExperimentConfig, run_info: Path) -> ExperimentConfig:
-    """The config with the graph mode the engine served with: without piecewise graphs
-    (`--graphs none | decode`) no step with a chunk is graphed, so every such step is priced,
-    and its terms fitted, as launched whole (gpu.mixed_graph_max_tokens 0)."""
+    """The config as the engine served it (a run kvsched.engine_run wrote: it has run_info.json).
+
+    - Routing: the engine routes each arrival inside its loop, between two steps, before it
+      plans the next one (engine/driver.py); its CPU time is part of the step's measured host
+      time. The config's `router.decision_time_s` (lanes that take that long per decision while
+      the nodes step) is not what ran: simulated with it, a node starts a step on the first of
+      several simultaneous arrivals (a closed loop's clients at the start) that the engine
+      plans with all of them. So the simulated router decides in no time (0).
+    - Graph mode: without piecewise graphs (`--graphs none | decode`) no step with a chunk is
+      graphed, so every such step is priced, and its terms fitted, as launched whole
+      (gpu.mixed_graph_max_tokens 0)."""
     try:
-        graphs = json.loads(run_info.read_text()).get("graphs", "all")
-    except (OSError, ValueError, AttributeError):
-        graphs = "all"  # runs written before the engine recorded its graph mode
+        info = json.loads(run_info.read_text())
+    except (OSError, ValueError):
+        return cfg  # not written by the engine (e.g. a simulated run in the engine's layout)
+    graphs = info.get("graphs", "all") if isinstance(info, dict) else "all"
+    router = cfg.router.model_copy(update={"decision_time_s": 0.0})
+    update: dict = {"router": router}
     if graphs in ("none", "decode"):
-        gpu = cfg.gpu.model_copy(update={"mixed_graph_max_tokens": 0})
-        return cfg.model_copy(update={"gpu": gpu})
-    return cfg
+        update["gpu"] = cfg.gpu.model_copy(update={"mixed_graph_max_tokens": 0})
+    return cfg.model_copy(update=update)
 
 
 # Fields the validation reads, and what each must hold: (kind, least value); None: any.

@@ -166,3 +166,17 @@ def test_a_repeat_is_compared_with_the_run_as_the_simulation_is(tmp_path):
     write_as_engine_run({**OPEN_LOOP, "seed": 4}, other)
     with pytest.raises(ConfigError, match="not a run of the same config \\(seed\\)"):
         validate(run, repeat=other)
+
+
+def test_an_engine_run_is_simulated_with_the_engine_s_routing(tmp_path):
+    """The engine routes inside its loop between steps: the simulation of its run decides in
+    no time; a run without the engine's run_info.json keeps its config as it is."""
+    from kvsched.validate import _as_served
+
+    cfg = parse_config({**OPEN_LOOP, "router": {"decision_time_s": 2.5e-5}})
+    assert _as_served(cfg, tmp_path / "run_info.json") == cfg
+    (tmp_path / "run_info.json").write_text(json.dumps({"graphs": "decode"}))
+    served = _as_served(cfg, tmp_path / "run_info.json")
+    assert served.router.decision_time_s == 0.0
+    assert served.gpu.mixed_graph_max_tokens == 0
+    assert served.model_copy(update={"router": cfg.router, "gpu": cfg.gpu}) == cfg
