@@ -43,6 +43,17 @@ HEADER = (
 )
 
 
+def repeat_row(name: str, r: dict) -> str:
+    """The engine against its own repeat (no step times: two runs' steps do not pair up)."""
+    return (
+        f"| {name}: engine vs its repeat | | | | {_pct(r['ttft_median_abs_err'])} / "
+        f"{_pct(r['ttft_p90_abs_err'])} | {_pct(r['tpot_median_abs_err'])} / "
+        f"{_pct(r['tpot_p90_abs_err'])} | {_pct(r['e2e_median_abs_err'])} | "
+        f"{_pct(r['throughput_abs_err'])} | {_signed(r.get('ttft_p50_rel_err'))} / "
+        f"{_signed(r.get('ttft_p90_rel_err'))} |"
+    )
+
+
 def main() -> None:
     for kind, label in (
         ("validation.json", "kernels only"),
@@ -52,7 +63,10 @@ def main() -> None:
     ):
         print(f"\n{label} ({kind}):\n{HEADER}")
         for path in sorted(RUNS.glob(f"*/{kind}")):
-            print(row(path.parent.name, json.loads(path.read_text())))
+            result = json.loads(path.read_text())
+            print(row(path.parent.name, result))
+            if "repeat" in result:
+                print(repeat_row(path.parent.name, result["repeat"]))
 
 
 if __name__ == "__main__":
