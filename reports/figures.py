@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
-from reports import text_layout
+from reports import text_layout, tick_updates
 
 if TYPE_CHECKING:
     from matplotlib.typing import ColorType
@@ -133,8 +133,9 @@ def svg(fig, key: str) -> str:
     buf = io.StringIO()
     # The SVG canvas's own print draws the figure once, running the layout inside that draw;
     # savefig would first draw it once more (discarding the output) only to run the layout.
-    # Same layout, same renderer, same bytes.
-    with matplotlib.rc_context({"svg.hashsalt": key}):
+    # Same layout, same renderer, same bytes. Ticks are placed once per layout state
+    # (reports/tick_updates.py).
+    with matplotlib.rc_context({"svg.hashsalt": key}), tick_updates.memoized():
         FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
     text = text[text.index("<svg") :]
