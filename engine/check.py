@@ -437,22 +437,27 @@ def as_runs(row: list[int]) -> list[list[int]]:
     return runs
 
 
-def step_layout(decodes: list[tuple[list[int], int]], page_size: int) -> dict:
+def step_layout(
+    decodes: list[tuple[list[int], int]], page_size: int, real_ids: bool = False
+) -> dict:
     """One served step's decodes ((pages, context)) with their pages renumbered in first-seen
-    order, so pages the step's decodes share keep one index; `served_rows` reads it back."""
+    order, so pages the step's decodes share keep one index; `served_rows` reads it back. With
+    `real_ids`, also the pool's own page ids (`ids`: where in the pool the engine read them)."""
     ids: dict[int, int] = {}
-    lens, tables = [], []
+    lens, tables, real = [], [], []
     for pages, ctx in decodes:
-        row = [ids.setdefault(p, len(ids)) for p in pages[: -(-ctx // page_size)]]
+        own = pages[: -(-ctx // page_size)]
         lens.append(ctx)
-        tables.append(as_runs(row))
-    return {"lens": lens, "runs": tables, "pages": len(ids)}
+        tables.append(as_runs([ids.setdefault(p, len(ids)) for p in own]))
+        real.append(as_runs(list(own)))
+    layout = {"lens": lens, "runs": tables, "pages": len(ids)}
+    return {**layout, "ids": real} if real_ids else layout
 
 
-def served_rows(step: dict) -> list[list[int]]:
+def served_rows(step: dict, key: str = "runs") -> list[list[int]]:
     """A served step's block tables (engine/runs/served_layouts.py: page indices in first-seen
-    order, stored as [first, count] runs)."""
-    return [[p for first, n in runs for p in range(first, first + n)] for runs in step["runs"]]
+    order, or with key "ids" the pool's own page ids, stored as [first, count] runs)."""
+    return [[p for first, n in runs for p in range(first, first + n)] for runs in step[key]]
 
 
 def _served_variants(step: dict, rng, pool_pages: int):
@@ -469,13 +474,16 @@ def _served_variants(step: dict, rng, pool_pages: int):
         ("equal", [r.tolist() for r in equal], np.full(len(lens), mean)),
     ):
         yield name, _table(rows, rng.permutation(pool_pages)), at
+    if "ids" in step:  # the pages where the engine's pool had them (no shuffle)
+        yield "served_ids", _table(served_rows(step, "ids"), np.arange(pool_pages)), lens
 
 
 def decode_served(shape, device, steps: list[dict], pool_pages=49490) -> list[dict]:
     """One layer's paged decode attention (timed as decode_shared_pages times it) on decode
     batches a serving run ran: their own block tables (pages another decode of the step reads
     included), the same lengths on distinct pages, and equal lengths at their mean on distinct
-    pages (what the calibration's decode table prices). Each on pages a shuffled pool hands out."""
+    pages (what the calibration's decode table prices). Each on pages a shuffled pool hands
+    out; a layout with the pool's own page ids also on those (`served_ids`)."""
     k, v = _kv_pool(shape, pool_pages, device)
     rng = np.random.default_rng(7)
     out = []

@@ -1,13 +1,15 @@
 """The decode-only batches engine runs served, as block tables `engine.check --only
 decode_served` times on the H200.
 
-    python engine/runs/served_layouts.py OUT.json [--per-run 30]
+    python engine/runs/served_layouts.py OUT.json [--per-run 30] [--real-ids] [--runs RUN ...]
 
 Each run is replayed (kvsched.validate.replay: sim's scheduler and KV cache re-driven with the
 engine's queue, the engine's own decisions and pages) and a seeded sample of its decode-only
 steps of two or more decodes is kept: per decode its context (as a step's shape counts it) and
 its block table, page ids renumbered in first-seen order (so pages the step's decodes share keep
-the same index) and stored as [first, count] runs.
+the same index) and stored as [first, count] runs; the step's row in steps.csv (`step`); with
+--real-ids also the pool's own page ids (`ids`). `logs/2026-11-30_served_batches/layouts.json`
+came from round 4, `layouts_round5_ids.json` from round 5.
 """
 
 from __future__ import annotations
@@ -33,15 +35,18 @@ SERVED = {
 }
 
 
-def decode_batches(run_dir: Path) -> list[list[tuple[list[int], int]]]:
-    """Every decode-only step of two or more decodes the replay plans, as (pages, context)."""
+def decode_batches(run_dir: Path) -> list[tuple[int, list[tuple[list[int], int]]]]:
+    """Every decode-only step of two or more decodes the replay plans: (its row in steps.csv,
+    its decodes as (pages, context))."""
     run = validate.load_engine_run(run_dir)
     batches = []
+    planned = iter(range(len(run.steps)))  # the replay reads shared reads once per step
 
     def recording(items, page_size, memo=None):
+        step = next(planned)
         decodes = [(list(seq.pages), seq.num_computed + 1) for seq, _, pre in items if not pre]
         if len(decodes) == len(items) >= 2:
-            batches.append(decodes)
+            batches.append((step, decodes))
         return shared_reads(items, page_size, memo)
 
     validate.shared_reads = recording  # the replay reads each step's shared reads through it
@@ -56,14 +61,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--per-run", type=int, default=30)
+    ap.add_argument("--real-ids", action="store_true", help="also the pool's own page ids")
+    ap.add_argument("--runs", nargs="+", choices=sorted(SERVED), default=list(SERVED))
     args = ap.parse_args()
     out = {}
-    for name, shard in SERVED.items():
+    for name in args.runs:
+        shard = SERVED[name]
         batches = decode_batches(RUNS / name)
         rng = np.random.default_rng(0)
         pick = sorted(rng.choice(len(batches), min(args.per_run, len(batches)), replace=False))
         page_size = validate.load_engine_run(RUNS / name).cfg.cache.page_size
-        steps = [step_layout(batches[i], page_size) for i in pick]
+        steps = [
+            {"step": batches[i][0], **step_layout(batches[i][1], page_size, args.real_ids)}
+            for i in pick
+        ]
         out[name] = {"shard": shard, "decode_only_steps": len(batches), "steps": steps}
         print(f"{name}: {len(batches)} decode-only steps, {len(steps)} kept")
     Path(args.out).write_text(json.dumps(out, separators=(",", ":")) + "\n")

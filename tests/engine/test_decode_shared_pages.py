@@ -62,6 +62,10 @@ def test_served_layout_keeps_shared_pages_and_reads_back():
     assert layout["lens"] == [60, 40, 70] and layout["pages"] == 4 + 1 + 5
     assert layout["runs"] == [[[0, 4]], [[0, 2], [4, 1]], [[5, 5]]]
     assert served_rows(layout) == [[0, 1, 2, 3], [0, 1, 4], [5, 6, 7, 8, 9]]
+    assert "ids" not in layout
+    real = step_layout(decodes, 16, real_ids=True)
+    assert real["runs"] == layout["runs"]
+    assert served_rows(real, "ids") == [[70, 71, 5, 6], [70, 71, 9], [3, 4, 8, 2, 1]]
 
 
 def test_served_batches_time_served_distinct_and_equal_layouts():
@@ -72,6 +76,13 @@ def test_served_batches_time_served_distinct_and_equal_layouts():
     out = decode_served(heads, "cpu", [step], pool_pages=64)
     assert len(out) == 1 and set(out[0]) == {"served_ms", "distinct_ms", "equal_ms"}
     assert all(ms > 0 for ms in out[0].values())
+    with_ids = step_layout([([7, 8, 9], 40), ([7, 8, 3], 35), ([1], 9)], 16, real_ids=True)
+    assert set(decode_served(heads, "cpu", [with_ids], pool_pages=64)[0]) == {
+        "served_ms",
+        "distinct_ms",
+        "equal_ms",
+        "served_ids_ms",
+    }
 
 
 def test_served_steps_run_whole_decode_steps_on_the_three_layouts():
