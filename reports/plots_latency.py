@@ -24,9 +24,9 @@ def finished(requests: pd.DataFrame) -> pd.DataFrame:
     return requests[requests.status == "finished"]
 
 
-def latency_ms(requests: pd.DataFrame, kind: str) -> np.ndarray:
+def latency_ms(arm: Arm, kind: str) -> np.ndarray:
     """Per finished request: "ttft" (arrival to first token) or "e2e" (arrival to last token), ms."""
-    done = finished(requests)
+    done = arm.finished_rows
     end = done.first_token_s if kind == "ttft" else done.finish_s
     return ((end - done.arrival_s) * 1e3).to_numpy(dtype=float)
 
@@ -40,7 +40,7 @@ def cdf_figure(arms: list[Arm], kind: str) -> str:
     ax = axes[0, 0]
     lowest = np.inf  # the lowest latency drawn: a log axis needs one, above 0
     for i, arm in enumerate(arms):
-        values = latency_ms(arm.request_rows, kind)
+        values = latency_ms(arm, kind)
         x, y = cdf_points(values)
         if x.size:
             lowest = min(lowest, float(x[0]))
@@ -76,7 +76,7 @@ def ttft_scatter_figure(arms: list[Arm]) -> str:
     ax = axes[0, 0]
     lowest = np.inf  # the lowest TTFT drawn: a log axis needs one, above 0
     for i, arm in enumerate(arms):
-        done = finished(arm.request_rows)
+        done = arm.finished_rows
         ttft = ((done.first_token_s - done.arrival_s) * 1e3).to_numpy(dtype=float)
         keep = scatter_keep(ttft)
         lowest = min(lowest, float(np.min(ttft[keep], initial=np.inf)))

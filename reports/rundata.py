@@ -31,12 +31,21 @@ class Arm:
     evictions: pd.DataFrame | None = (
         None  # optional evictions.csv: evicted pages by prefix position
     )
+    _finished: pd.DataFrame | None = field(default=None, init=False, repr=False)
 
     @property
     def request_rows(self) -> pd.DataFrame:
         """requests.csv of an arm loaded with frames (every report section needs them)."""
         assert self.requests is not None, f"{self.label}: run loaded without frames"
         return self.requests
+
+    @property
+    def finished_rows(self) -> pd.DataFrame:
+        """The rows of finished requests (the latency plots' input), selected once."""
+        if self._finished is None:
+            rows = self.request_rows
+            self._finished = rows[rows.status == "finished"]
+        return self._finished
 
     @property
     def series_rows(self) -> pd.DataFrame:
