@@ -16,16 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.params import NoParams
 from sim.policy_api import RoutingPolicy
-from sim.views import NodeView, RouteQuery
+from sim.views import NodeView, NodeViews, RouteQuery
 
 __all__ = ["RoutingPolicy"]
 
 
 def least_loaded_index(views: Sequence[NodeView], among: Sequence[int] | None = None) -> int:
     """Fewest outstanding requests; ties go to the lower load, then the lower index. `among`: only
-    these indices, else every view. (Loads are computed only where the counts tie.)"""
-    candidates = range(len(views)) if among is None else among
-    outstanding = [views[i].num_waiting + views[i].num_running for i in candidates]
+    these indices, else every view. (Loads are computed only where the counts tie: a router's
+    NodeViews reads a node's KV only then.)"""
+    views = NodeViews.of(views)
+    outstanding = views.outstanding()
+    candidates: Sequence[int] = range(len(outstanding)) if among is None else among
+    if among is not None:
+        outstanding = [outstanding[i] for i in among]
     fewest = min(outstanding)
     tied = [i for i, n in zip(candidates, outstanding, strict=True) if n == fewest]
     if len(tied) == 1:
@@ -109,13 +113,15 @@ class PrefixAffinity:
         self.p = params
 
     def route(self, query: RouteQuery, views: Sequence[NodeView]) -> int:
-        return affinity_choice(views, [v.cached_prefix_tokens for v in views], self.p)
+        views = NodeViews.of(views)
+        return affinity_choice(views, views.cached_prefix_tokens(), self.p)
 
 
 def affinity_choice(
     views: Sequence[NodeView], matched: Sequence[int], p: PrefixAffinityParams
 ) -> int:
     """Layer 1 (longest match, ties to the least loaded) then layer 2 (load fallback)."""
+    views = NodeViews.of(views)
     longest = max(matched)
     if longest == 0:
         return least_loaded_index(views)

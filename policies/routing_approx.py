@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policies.routing import PrefixAffinityParams, affinity_choice
 from sim.routing_table import ApproxPrefixTable
-from sim.views import NodeView, RouteQuery
+from sim.views import NodeView, NodeViews, RouteQuery
 
 # SGLang router defaults: its Rust library (CacheAwareConfig::default) and its Python CLI
 # (sglang_router RouterArgs), as published; see docs/routing.md. Tree sizes count characters
@@ -80,7 +80,7 @@ class SGLangCacheAware:
         return choice
 
     def _choose(self, query: RouteQuery, views: Sequence[NodeView], tree: ApproxPrefixTable) -> int:
-        loads = [v.outstanding for v in views]
+        loads = NodeViews.of(views).outstanding()
         high, low = max(loads), min(loads)
         if high - low > self.p.balance_abs_threshold and high > low * self.p.balance_rel_threshold:
             return loads.index(low)

@@ -28,7 +28,7 @@ from sim.config import RouterConfig
 from sim.node import Node
 from sim.routing_table import RoutingTable
 from sim.sequence import Sequence
-from sim.views import NodeView, RouteQuery
+from sim.views import NodeView, NodeViews, RouteQuery
 
 
 class Router:
@@ -64,35 +64,43 @@ class Router:
         self.busy_s = 0.0  # lane-seconds spent deciding
 
     # -- the decision ----------------------------------------------------------------------------
-    def views(self, keys) -> list[NodeView]:
-        """Every node as the policy sees it; the cached prefix only for policies that ask for it."""
+    def views(self, keys, node_ids: list[int] | None = None) -> NodeViews:
+        """These nodes (default: all) as the policy sees them, each read when the policy first
+        looks at it; the cached prefix only for policies that ask for it."""
         matched = None
         if self.needs_prefix_match:
             wanted = set(keys.tolist())  # the table entries read: pages decode spans filled
             for node in self.nodes:  # with these keys are in the table, as step by step
                 node.sync_index(wanted)
             matched = self.table.matched_pages(keys).tolist()
-        page_size, capacity, new = self.page_size, self.kv_capacity_tokens, tuple.__new__
-        out = []
-        for i, node in enumerate(self.nodes):  # read without bringing decode spans up to date
-            free, used = node.free_and_used_tokens()
-            out.append(
-                new(  # NodeView's fields in order (tuple.__new__: no keyword handling per node)
-                    NodeView,
-                    (
-                        i,
-                        node.num_waiting,
-                        node.num_running,
-                        capacity,
-                        free,
-                        used,
-                        node.waiting_prompt_tokens,
-                        matched[i] * page_size if matched is not None else 0,
-                        node.cfg.max_num_seqs,
-                    ),
-                )
-            )
-        return out
+        ids = node_ids if node_ids is not None else range(len(self.nodes))
+        nodes = [self.nodes[i] for i in ids]
+        page_size = self.page_size
+        cached = [0] * len(ids) if matched is None else [matched[i] * page_size for i in ids]
+        return NodeViews(
+            len(ids),
+            lambda at: self._view(ids[at], nodes[at], cached[at]),
+            lambda: [node.num_waiting + node.num_running for node in nodes],
+            lambda: cached,
+        )
+
+    def _view(self, node_id: int, node: Node, cached_prefix_tokens: int) -> NodeView:
+        """One node now, read without bringing a decode span up to date."""
+        free, used = node.free_and_used_tokens()
+        return tuple.__new__(  # NodeView's fields in order (no keyword handling per node)
+            NodeView,
+            (
+                node_id,
+                node.num_waiting,
+                node.num_running,
+                self.kv_capacity_tokens,
+                free,
+                used,
+                node.waiting_prompt_tokens,
+                cached_prefix_tokens,
+                node.cfg.max_num_seqs,
+            ),
+        )
 
     def decide(self, seq: Sequence) -> int:
         """Run the policy for one request; returns the node index."""
@@ -102,14 +110,15 @@ class Router:
         query = RouteQuery(
             req.request_id, req.prompt_tokens, None, self.page_size, self.env.now, lambda: seq.keys
         )
-        views = self.views(seq.keys if self.needs_prefix_match else None)
         # A crashed node is down until it restarts: the policy chooses among the others (if
         # every node is down, among all: the request is lost or waits there, sim/node.py).
-        up = [v for v, node in zip(views, self.nodes, strict=True) if not node.down] or views
-        choice = self.policy.route(query, up)
-        if not 0 <= choice < len(up):
-            raise AssertionError(f"routing policy returned node {choice} of {len(up)}")
-        return up[choice].node_id
+        up = [i for i, node in enumerate(self.nodes) if not node.down]
+        ids = up if 0 < len(up) < len(self.nodes) else None
+        views = self.views(seq.keys if self.needs_prefix_match else None, ids)
+        choice = self.policy.route(query, views)
+        if not 0 <= choice < len(views):
+            raise AssertionError(f"routing policy returned node {choice} of {len(views)}")
+        return choice if ids is None else ids[choice]
 
     # -- the lanes ---------------------------------------------------------------------------------
     def submit(self, seq: Sequence, deliver: Callable[[Sequence, int], None]) -> None:
@@ -190,9 +199,6 @@ class _Decision:
         self.lane = router._lane(seq)
         self.node = -1
         self.stage = _START
-
-    def quiet_end(self) -> None:
-        return None
 
     def step_ended(self) -> None:
         self.router.on_parked(self)

@@ -14,8 +14,9 @@ they will take. The article's layer 2 compares this number with its 90% threshol
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from collections.abc import Sequence as Seq
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -65,6 +66,75 @@ class NodeView(NamedTuple):
     def kv_utilization(self) -> float:
         """Share of the KV pool held by running requests (vLLM's kv_cache_usage_perc)."""
         return self.kv_used_tokens / max(1, self.kv_capacity_tokens)
+
+
+class NodeViews(Seq[NodeView]):
+    """Every node as a routing policy sees it at one decision, each view built when first read.
+
+    A policy that weighs a few nodes (the prefix holders, a tie) reads only their KV; the queue
+    lengths every load rule compares (`outstanding`) and the routing table's matches
+    (`cached_prefix_tokens`) come as plain lists, read once per decision. Nothing changes while a
+    policy decides, so it sees what a list of every view built at once would show.
+    """
+
+    __slots__ = ("_view", "_views", "_outstanding_of", "_outstanding", "_cached_of", "_cached")
+
+    def __init__(
+        self,
+        num_nodes: int,
+        view: Callable[[int], NodeView],
+        outstanding: Callable[[], list[int]],
+        cached_prefix_tokens: Callable[[], list[int]],
+    ):
+        self._view = view  # position -> its NodeView
+        self._views: list[NodeView | None] = [None] * num_nodes
+        self._outstanding_of = outstanding
+        self._outstanding: list[int] | None = None
+        self._cached_of = cached_prefix_tokens
+        self._cached: list[int] | None = None
+
+    @classmethod
+    def of(cls, views: Seq[NodeView]) -> NodeViews:
+        """`views` as NodeViews (itself if it is one: a router's; else views built at once)."""
+        if isinstance(views, NodeViews):
+            return views
+        built = list(views)
+        return cls(
+            len(built),
+            built.__getitem__,
+            lambda: [v.outstanding for v in built],
+            lambda: [v.cached_prefix_tokens for v in built],
+        )
+
+    def outstanding(self) -> list[int]:
+        """Each node's NodeView.outstanding (queued + running requests), in view order."""
+        if self._outstanding is None:
+            self._outstanding = self._outstanding_of()
+        return self._outstanding
+
+    def cached_prefix_tokens(self) -> list[int]:
+        """Each node's NodeView.cached_prefix_tokens, in view order."""
+        if self._cached is None:
+            self._cached = self._cached_of()
+        return self._cached
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    @overload
+    def __getitem__(self, i: int) -> NodeView: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[NodeView]: ...
+    def __getitem__(self, i: int | slice) -> NodeView | list[NodeView]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self._views))[i]]
+        view = self._views[i]  # IndexError past the end, as a list
+        if view is None:
+            view = self._views[i] = self._view(i % len(self._views))
+        return view
+
+    def __iter__(self) -> Iterator[NodeView]:
+        return (self[i] for i in range(len(self._views)))
 
 
 class RouteQuery:
