@@ -630,6 +630,10 @@ def main() -> None:
     ap.add_argument("--tails", type=int, nargs=2, default=[128, 384], metavar=("LO", "HI"))
     ap.add_argument("--layouts", default=None, help="decode_served: the served batches' JSON")
     ap.add_argument("--runs", nargs="+", help="decode_step_served: only these runs' batches")
+    ap.add_argument("--means", type=int, nargs="+", default=[2048, 8192], help="decode_ragged")
+    ap.add_argument(
+        "--ragged-batches", type=int, nargs="+", default=[8, 16, 25, 32, 64], help="decode_ragged"
+    )
     ap.add_argument(
         "--pool-pages", type=int, default=20480, help="decode_step_served: the KV pool's pages"
     )
@@ -667,7 +671,12 @@ def main() -> None:
                     )
         if args.only == "decode_ragged":
             for shard, (model, tp) in SHARED_SHARDS.items():
-                result[shard] = decode_ragged(attention_shard(model, tp), device)
+                result[shard] = decode_ragged(
+                    attention_shard(model, tp),
+                    device,
+                    tuple(args.ragged_batches),
+                    tuple(args.means),
+                )
         for shard, (model, tp) in SHARED_SHARDS.items():
             if args.only != "decode_shared_pages":
                 break
