@@ -211,14 +211,19 @@ class PagedKV:
         if pool.num_retired or limit <= 0:
             return 0
         size, n = self.page_size, limit
-        tables = [(seq.num_computed + 1, len(seq.pages) * size) for seq in seqs]
         free = pool.num_free
+        new_slots = 0  # pages_for(n), without building the tables (the usual answer: all fit)
+        for seq in seqs:
+            short = -(-(seq.num_computed + 1 + n) // size) * size - len(seq.pages) * size
+            if short > 0:
+                new_slots += short
+        if new_slots <= free * size:
+            return n
+        tables = [(seq.num_computed + 1, len(seq.pages) * size) for seq in seqs]
 
         def pages_for(m: int) -> int:  # new pages m pairs take (each plans one more token)
             return sum(max(0, -(-(want + m) // size) * size - slots) for want, slots in tables)
 
-        if pages_for(n) <= free * size:
-            return n
         low, high = 0, n  # pages_for(low) fits, pages_for(high) does not
         while high - low > 1:
             mid = (low + high) // 2
