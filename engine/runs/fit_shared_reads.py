@@ -40,9 +40,19 @@ TABLES = [
     # the same short tails again on the session-5 decode kernel (fused split combine), 3 prefixes
     "engine/runs/logs/2026-11-30_run4/tables/decode_shared_pages_table.json",
 ]
-RAGGED = "engine/runs/logs/2026-11-30_run4/tables/decode_ragged.json"  # the session-5 kernel
+RAGGED = [
+    "engine/runs/logs/2026-11-30_run4/tables/decode_ragged.json",  # the session-5 kernel
+    # means of 512 and 1,024 tokens, 2-32 decodes (Azure's batches; the session-6 kernels, the
+    # decode kernel unchanged)
+    "engine/runs/logs/2026-11-30_run5/tables/decode_ragged_short.json",
+]
 # Held out: decode batches engine runs served (engine/runs/served_layouts.py), one layer each
 SERVED = "engine/runs/logs/2026-11-30_served_batches/"
+# (layouts, one-layer times): round 4's batches, round 5's with the pool's own page ids
+SERVED_TABLES = [
+    ("layouts.json", "decode_served.json"),
+    ("layouts_round5_ids.json", "decode_served_ids.json"),
+]
 CALIBRATION = "kernels/calibration/h200.json"
 # engine/check.py SHARED_SHARDS: the shard's name -> the calibration table it is priced from
 SHARDS = {"llama-3-8b": ("llama-3-8b", 1), "article-70b-tp2": ("article-70b", 2)}
@@ -156,7 +166,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", nargs="+", default=TABLES)
     ap.add_argument("--calibration", default=CALIBRATION)
-    ap.add_argument("--ragged", default=RAGGED)
+    ap.add_argument("--ragged", nargs="+", default=RAGGED)
     ap.add_argument("--write", action="store_true", help="store the fits in the calibration file")
     args = ap.parse_args()
     cal_path = ROOT / args.calibration
@@ -173,22 +183,22 @@ def main() -> None:
     fit = {shard: _summary(err) for shard, err in zip(SHARDS, errors, strict=True)}
     for shard, summary in fit.items():
         print(f"  {shard}: {summary}")
-    ragged_table = _load(args.ragged)
+    ragged_tables = [_load(path) for path in args.ragged]
     ragged, ragged_errors = fit_ragged_decode(
-        [pt for shard in SHARDS for pt in ragged_points(ragged_table[shard])]
+        [pt for table in ragged_tables for shard in SHARDS for pt in ragged_points(table[shard])]
     )
     ragged_fit = _summary(ragged_errors)
     print(f"ragged: a {ragged.a:g} b {ragged.b:g} e {ragged.e:g}: {ragged_fit}")
-    held_out = served_check(
-        _load(SERVED + "layouts.json"), _load(SERVED + "decode_served.json"), calibration,
-        model, ragged,
-    )  # fmt: skip
-    print("served batches (held out; medians: measured vs model):")
-    for name, r in held_out.items():
-        print(
-            f"  {name}: shared pages {r['shared']:.3f} vs {r['shared_model']:.3f}, "
-            f"ragged {r['ragged']:.3f} vs {r['ragged_model']:.3f}"
+    for layouts, measured in SERVED_TABLES:
+        held_out = served_check(
+            _load(SERVED + layouts), _load(SERVED + measured), calibration, model, ragged
         )
+        print(f"served batches, {measured} (held out; medians: measured vs model):")
+        for name, r in held_out.items():
+            print(
+                f"  {name}: shared pages {r['shared']:.3f} vs {r['shared_model']:.3f}, "
+                f"ragged {r['ragged']:.3f} vs {r['ragged_model']:.3f}"
+            )
     if args.write:
         calibration["decode_shared_reads"] = {
             "rho": model.rho,
