@@ -5,6 +5,10 @@
 
     python -m benchmarks.report_render --run-dir DIR --workers 1   # in this process only
 
+The README speed table's "report of the default study" row renders the run directory of the
+default study (`kvsched run --no-report --out DIR`), paired with a clean export of the commit
+before (`git archive`), interleaved, with --workers 1 and 2.
+
 The run is the article's seed workload (100 closed-loop clients) on 8 nodes with the four
 built-in arms plus `engine` with least-loaded routing. Rendering is timed
 three times in this process (wall and CPU seconds); the best wall time is reported, with the
