@@ -24,7 +24,7 @@ __all__ = ["RoutingPolicy"]
 def least_loaded_index(views: Sequence[NodeView], among: Sequence[int] | None = None) -> int:
     """Fewest outstanding requests; ties go to the lower load, then the lower index. `among`: only
     these indices, else every view. (Loads are computed only where the counts tie: a router's
-    NodeViews reads a node's KV only then.)"""
+    NodeViews reads a node's KV only then, and only the used tokens a load needs.)"""
     views = NodeViews.of(views)
     outstanding = views.outstanding()
     candidates: Sequence[int] = range(len(outstanding)) if among is None else among
@@ -34,7 +34,7 @@ def least_loaded_index(views: Sequence[NodeView], among: Sequence[int] | None = 
     tied = [i for i, n in zip(candidates, outstanding, strict=True) if n == fewest]
     if len(tied) == 1:
         return tied[0]
-    return min(tied, key=lambda i: (views[i].load, i))
+    return min(tied, key=lambda i: (views.load(i), i))
 
 
 class RoundRobin:
@@ -127,7 +127,7 @@ def affinity_choice(
         return least_loaded_index(views)
     holders = [i for i, m in enumerate(matched) if m == longest]
     best = holders[0] if p.tie_break == "first" else least_loaded_index(views, holders)
-    if p.fallback and views[best].load > p.load_threshold:
+    if p.fallback and views.load(best) > p.load_threshold:
         return least_loaded_index(views)
     return best
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from operator import attrgetter
 
 import simpy
 from simpy.core import URGENT
@@ -28,7 +29,7 @@ from sim.config import RouterConfig
 from sim.node import Node
 from sim.routing_table import RoutingTable
 from sim.sequence import Sequence
-from sim.views import NodeView, NodeViews, RouteQuery
+from sim.views import NodeView, NodeViews, RouteQuery, node_load
 
 
 class Router:
@@ -62,6 +63,7 @@ class Router:
         self.exact_steps = exact_steps
         self._queues = [_LaneQueue(int(lane.capacity)) for lane in self.lanes]
         self.busy_s = 0.0  # lane-seconds spent deciding
+        self._schedulers = [node.scheduler for node in nodes]  # queue lengths, read per decision
 
     # -- the decision ----------------------------------------------------------------------------
     def views(self, keys, node_ids: list[int] | None = None) -> NodeViews:
@@ -72,16 +74,31 @@ class Router:
             wanted = set(keys.tolist())  # the table entries read: pages decode spans filled
             for node in self.nodes:  # with these keys are in the table, as step by step
                 node.sync_index(wanted)
-            matched = self.table.matched_pages(keys).tolist()
+            matched = self.table.matched_pages(keys) * self.page_size
         ids = node_ids if node_ids is not None else range(len(self.nodes))
-        nodes = [self.nodes[i] for i in ids]
-        page_size = self.page_size
-        cached = [0] * len(ids) if matched is None else [matched[i] * page_size for i in ids]
-        return NodeViews(
+        nodes = self.nodes if node_ids is None else [self.nodes[i] for i in node_ids]
+        queues = self._schedulers if node_ids is None else [n.scheduler for n in nodes]
+        if matched is None:
+            cached = [0] * len(ids)
+        else:
+            cached = (matched if node_ids is None else matched[node_ids]).tolist()
+        views = NodeViews(
             len(ids),
             lambda at: self._view(ids[at], nodes[at], cached[at]),
-            lambda: [node.num_waiting + node.num_running for node in nodes],
+            lambda at: self._load(nodes[at], views.outstanding()[at]),
+            lambda: [len(q.waiting) + len(q.running) for q in queues],  # num_waiting + running
             lambda: cached,
+        )
+        return views
+
+    def _load(self, node: Node, outstanding: int) -> float:
+        """NodeView.load of one node now, read without its free tokens (nor a span's sync)."""
+        return node_load(
+            node.used_tokens(),
+            node.waiting_prompt_tokens,
+            self.kv_capacity_tokens,
+            outstanding,
+            node.cfg.max_num_seqs,
         )
 
     def _view(self, node_id: int, node: Node, cached_prefix_tokens: int) -> NodeView:
@@ -112,8 +129,10 @@ class Router:
         )
         # A crashed node is down until it restarts: the policy chooses among the others (if
         # every node is down, among all: the request is lost or waits there, sim/node.py).
-        up = [i for i, node in enumerate(self.nodes) if not node.down]
-        ids = up if 0 < len(up) < len(self.nodes) else None
+        ids = None
+        if self.env.now < max(map(_UP_AT, self.nodes)):  # a node is down (Node.down)
+            up = [i for i, node in enumerate(self.nodes) if not node.down]
+            ids = up if up else None
         views = self.views(seq.keys if self.needs_prefix_match else None, ids)
         choice = self.policy.route(query, views)
         if not 0 <= choice < len(views):
@@ -176,6 +195,7 @@ class Router:
 
 
 _START, _GRANTED, _DECIDED, _RELEASED = range(4)
+_UP_AT = attrgetter("up_at")
 
 
 class _LaneQueue:

@@ -71,23 +71,36 @@ class NodeView(NamedTuple):
 class NodeViews(Seq[NodeView]):
     """Every node as a routing policy sees it at one decision, each view built when first read.
 
-    A policy that weighs a few nodes (the prefix holders, a tie) reads only their KV; the queue
-    lengths every load rule compares (`outstanding`) and the routing table's matches
-    (`cached_prefix_tokens`) come as plain lists, read once per decision. Nothing changes while a
-    policy decides, so it sees what a list of every view built at once would show.
+    A policy that weighs a few nodes (the prefix holders, a tie) reads only their KV, and only
+    what their `load` needs when it asks for no more; the queue lengths every load rule compares
+    (`outstanding`) and the routing table's matches (`cached_prefix_tokens`) come as plain lists,
+    read once per decision. Nothing changes while a policy decides, so it sees what a list of
+    every view built at once would show.
     """
 
-    __slots__ = ("_view", "_views", "_outstanding_of", "_outstanding", "_cached_of", "_cached")
+    __slots__ = (
+        "_view",
+        "_views",
+        "_load_of",
+        "_loads",
+        "_outstanding_of",
+        "_outstanding",
+        "_cached_of",
+        "_cached",
+    )
 
     def __init__(
         self,
         num_nodes: int,
         view: Callable[[int], NodeView],
+        load: Callable[[int], float],
         outstanding: Callable[[], list[int]],
         cached_prefix_tokens: Callable[[], list[int]],
     ):
         self._view = view  # position -> its NodeView
         self._views: list[NodeView | None] = [None] * num_nodes
+        self._load_of = load  # position -> its NodeView's load
+        self._loads: list[float | None] = [None] * num_nodes
         self._outstanding_of = outstanding
         self._outstanding: list[int] | None = None
         self._cached_of = cached_prefix_tokens
@@ -102,9 +115,18 @@ class NodeViews(Seq[NodeView]):
         return cls(
             len(built),
             built.__getitem__,
+            lambda i: built[i].load,
             lambda: [v.outstanding for v in built],
             lambda: [v.cached_prefix_tokens for v in built],
         )
+
+    def load(self, i: int) -> float:
+        """views[i].load, without building the view if it is not built yet."""
+        load = self._loads[i]
+        if load is None:
+            view = self._views[i]
+            load = self._loads[i] = self._load_of(i) if view is None else view.load
+        return load
 
     def outstanding(self) -> list[int]:
         """Each node's NodeView.outstanding (queued + running requests), in view order."""

@@ -51,15 +51,20 @@ def built(rows) -> list[NodeView]:
 
 
 def lazy(views: list[NodeView], reads: list[int]) -> NodeViews:
-    """NodeViews over `views` as a router builds them, recording which views were built."""
+    """NodeViews over `views` as a router builds them, recording which nodes were read."""
 
     def view(i: int) -> NodeView:
         reads.append(i)
         return views[i]
 
+    def load(i: int) -> float:
+        reads.append(i)
+        return views[i].load
+
     return NodeViews(
         len(views),
         view,
+        load,
         lambda: [v.outstanding for v in views],
         lambda: [v.cached_prefix_tokens for v in views],
     )
@@ -85,7 +90,7 @@ def test_prefix_affinity_over_node_views_decides_as_over_the_list(rows, threshol
     assert LeastLoaded(NoParams(), np.random.default_rng(0)).route(
         QUERY, lazy(views, [])
     ) == reference_least_loaded(views)
-    assert len(reads) == len(set(reads))  # each view built once
+    assert len(reads) == len(set(reads))  # each node read once
 
 
 def test_only_the_views_a_rule_weighs_are_built():
