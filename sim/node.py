@@ -169,8 +169,8 @@ class Node(SchedulerQueues):
         """Index the pages a span's ended steps filled (and tell the cache's listeners, the
         routing table) if any of them has one of these page keys: a reader of the table's
         entries for `keys` then sees what it would see step by step now."""
-        if self._span_applied > self._span_index:
-            return
+        if not self._span or self._span_applied > self._span_index:
+            return  # (the router asks every node, per decision)
         stored = self._span_keys
         if stored is None:  # the keys of every page the span indexes (from its first step)
             stored = self._span_keys = self.scheduler.span_store_keys(
@@ -180,6 +180,8 @@ class Node(SchedulerQueues):
             self._sync()
 
     def _span_tokens(self) -> int:
+        if not self._span:
+            return 0
         pairs = self._span_index + 1 - self._span_applied  # steps ended, not applied
         return self.scheduler.span_tokens(self._batch_seqs, pairs) if pairs > 0 else 0
 
