@@ -11,12 +11,12 @@
 #          3. kernels.bench_prefill --suite prefill: target rows, defaults and num_stages 5
 #          4. kernels.bench_prefill --suite cascade --cascade-variants: prefix pass / tails depth
 #   final: 1. GPU tests (subset)
-#          2. kernels.bench_prefill --tune-only: "tiles" with poly_exp2 0/2/4, "split" 0/2
+#          2. kernels.bench_prefill --tune-only: "tiles" and "split" (call 2 also tried poly_exp2
+#             2/4 and 2)
 #          3. the class configs to calibrate with: a candidate only if > 1% faster (geo-mean)
 #          4. kernels.calibrate --parts prefill --fidelity 30 --fidelity-extra 12 (those configs)
 #          5. kernels.bench_prefill: prefill target rows + cascade (those configs)
-#   (poly_exp2 was removed after call 2, measured slower: re-running `final` logs those tune
-#   candidates as failed and keeps the defaults.)
+#   (poly_exp2 was removed after call 2, measured slower, and its candidates with it.)
 # Outputs: run.log and the JSON files named below.
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -73,13 +73,12 @@ timeout "$(left 90 160)" python3 -m kernels.bench_prefill --tune-only --tune-bud
   --out "$OUT/bench_prefill_tune.json" \
   --tune-shapes '{"tiles": [[0, 2048], [0, 8192], [512, 2048], [8192, 2048], [32768, 2048]],
     "split": [[32768, 16], [32768, 64], [8192, 16]]}' \
-  --candidates "{\"tiles\": [{$T}, {$T, \"poly_exp2\": 2}, {$T, \"poly_exp2\": 4}],
-    \"split\": [{$S}, {$S, \"poly_exp2\": 2}]}" 2>&1 | tee -a "$log"
+  --candidates "{\"tiles\": [{$T}], \"split\": [{$S}]}" 2>&1 | tee -a "$log"
 step "choose: a candidate replaces its class default only if > 1% faster (geo-mean)"
 python3 - "$OUT/bench_prefill_tune.json" "$OUT/prefill_launch.json" <<'PY' 2>&1 | tee -a "$log"
 import json, math, sys
 trials = json.load(open(sys.argv[1]))["trials"]
-keys = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale", "poly_exp2")
+keys = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale")
 chosen = {}
 for cls in ("tiles", "split"):
     rows = [t for t in trials if t["class"] == cls and "ms" in t]
@@ -89,7 +88,6 @@ for cls in ("tiles", "split"):
     best = min(range(len(rows)), key=score.__getitem__)
     pick = best if score[best] < score[0] + math.log(0.99) else 0
     chosen[cls] = {k: rows[pick][k] for k in keys if k in rows[pick]}
-    chosen[cls].setdefault("poly_exp2", 0)
     print(cls, [round(math.exp(s), 4) for s in score], "->", chosen[cls])
 json.dump(chosen, open(sys.argv[2], "w"), indent=1)
 PY

@@ -124,11 +124,17 @@ _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
 _COMB_COLS = 4  # req, q_start, first_slot, n_splits
 
 
+# Options tried and removed, at the value that turned them off: configs recorded while they
+# existed (session 6's tune outputs, h200.json's launch_configs) still load.
+RETIRED_KEYS = {"poly_exp2": 0}
+
+
 def set_prefill_launch_configs(table: dict[str, dict[str, Any]]) -> None:
     """Replace the per-class launch configs (tuning and calibration runs; keys as above)."""
     for cls, cfg in table.items():
         if cls not in PREFILL_LAUNCH_CONFIGS:
             raise ValueError(f"unknown work class {cls!r}: one of {sorted(PREFILL_LAUNCH_CONFIGS)}")
+        cfg = {k: v for k, v in cfg.items() if RETIRED_KEYS.get(k, object()) != v}
         bad = set(cfg) - set(CLASS_KEYS)
         if bad:
             raise ValueError(f"unknown launch keys {sorted(bad)}: {CLASS_KEYS}")

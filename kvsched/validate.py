@@ -62,7 +62,9 @@ def load_engine_run(run_dir: Path) -> EngineRun:
         raw = json.loads((arm / "config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{arm / 'config.json'}: not valid JSON ({err})") from None
-    cfg = _as_served(parse_config(raw, source=str(arm)), run_dir / "run_info.json")
+    cfg = parse_config(raw, source=str(arm))
+    if _served_by_engine(run_dir):
+        cfg = _as_served(cfg, _json_file(run_dir / "run_info.json"))
     requests = _read_table(arm / "requests.csv", REQUEST_COLUMNS, REQUEST_FIELDS)
     steps = _read_table(arm / "steps.csv", STEP_COLUMNS, STEP_FIELDS)
     _check_requests(arm / "requests.csv", requests)
@@ -71,8 +73,28 @@ def load_engine_run(run_dir: Path) -> EngineRun:
     return EngineRun(cfg, requests, steps)
 
 
-def _as_served(cfg: ExperimentConfig, run_info: Path) -> ExperimentConfig:
-    """The config as the engine served it (a run kvsched.engine_run wrote: it has run_info.json).
+def _json_file(path: Path) -> dict:
+    """A JSON object file of the run ({} when absent); a damaged one is refused (ConfigError)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data
+
+
+def _served_by_engine(run_dir: Path) -> bool:
+    """Whether kvsched.engine_run wrote the run: its summary.json names a measured latency
+    model (engine/rundir.py); a simulated run in the same layout names the model it priced with."""
+    latency_model = _json_file(run_dir / "summary.json").get("latency_model", "")
+    return isinstance(latency_model, str) and latency_model.startswith("measured:")
+
+
+def _as_served(cfg: ExperimentConfig, run_info: dict) -> ExperimentConfig:
+    """The config as the engine served it (`run_info`: the engine's run_info.json).
 
     - Routing: the engine routes each arrival inside its loop, between two steps, before it
       plans the next one (engine/driver.py); its CPU time is part of the step's measured host
@@ -82,18 +104,15 @@ def _as_served(cfg: ExperimentConfig, run_info: Path) -> ExperimentConfig:
       plans with all of them. So the simulated router decides in no time (0).
     - Graph mode: without piecewise graphs (`--graphs none | decode`) no step with a chunk is
       graphed, so every such step is priced, and its terms fitted, as launched whole
-      (gpu.mixed_graph_max_tokens 0)."""
-    try:
-        info = json.loads(run_info.read_text())
-    except (OSError, ValueError):
-        return cfg  # not written by the engine (e.g. a simulated run in the engine's layout)
-    graphs = info.get("graphs", "all") if isinstance(info, dict) else "all"
+      (gpu.mixed_graph_max_tokens 0). Runs written before the engine recorded it: all."""
     router = cfg.router.model_copy(update={"decision_time_s": 0.0})
     update: dict = {"router": router}
-    if graphs in ("none", "decode"):
+    if run_info.get("graphs", "all") in ("none", "decode"):
         update["gpu"] = cfg.gpu.model_copy(update={"mixed_graph_max_tokens": 0})
     return cfg.model_copy(update=update)
 
+
+ROUNDING_S = 1e-6  # the coarsest rounding of the times a run's CSV files are written with
 
 # Fields the validation reads, and what each must hold: (kind, least value); None: any.
 REQUEST_FIELDS = {
@@ -182,7 +201,9 @@ def _check_steps(path: Path, steps: pd.DataFrame) -> None:
             f"{path} line {i + 2}: step must be {i} (steps in order), got {steps.step.iloc[i]}"
         )
     start, end = steps.start_s.to_numpy(), (steps.start_s + steps.duration_s).to_numpy()
-    overlap = start[1:] < end[:-1] - 1e-9
+    # Back-to-back steps written with rounded times (the engine writes 6 decimals, kvsched run
+    # 9) may overlap by the rounding of two values: up to 1 us is not an overlap.
+    overlap = start[1:] < end[:-1] - ROUNDING_S
     if overlap.any():
         i = int(np.argmax(overlap)) + 1
         raise ConfigError(
@@ -548,20 +569,25 @@ def _output_throughput(requests: pd.DataFrame, duration_s: float) -> float:
     return float(done.output_tokens.sum()) / duration_s
 
 
-def repeat_errors(run: EngineRun, tokens: int, repeat_dir: Path) -> dict:
+def repeat_errors(run_dir: Path, run: EngineRun, tokens: int, repeat_dir: Path) -> dict:
     """The serving errors between two engine runs of the same config (`serving_errors`, the
     repeat in the simulation's place): the engine's own run-to-run spread per metric, the floor
     under what a simulation of one run can reach (per request above all: where each request
-    falls within the step under way is not the same twice)."""
+    falls within the step under way is not the same twice). The repeat's own replay counts come
+    with it: a repeat that does not replay exactly is no floor."""
     repeat = load_engine_run(repeat_dir)
     same = ("model", "node", "cache", "policies", "workload", "seed", "duration_s")
     differ = [k for k in same if getattr(repeat.cfg, k) != getattr(run.cfg, k)]
+    graphs = [_json_file(d / "run_info.json").get("graphs", "all") for d in (run_dir, repeat_dir)]
+    if graphs[0] != graphs[1]:
+        differ.append("graphs")
     if differ:
         raise ConfigError(f"--repeat: {repeat_dir} is not a run of the same config ({differ[0]})")
     counts, _ = replay(repeat, measured_requests(repeat)[0])
     generated = (tokens, counts["output_tokens_measured"])
     out = serving_errors(run.requests, repeat.requests, run.cfg.duration_s, generated)
-    return {"run": repeat_dir.name, **_finite(out)}
+    replayed = {k: counts[k] for k in ("cached_tokens_mismatch", "step_composition_mismatch")}
+    return {"run": repeat_dir.name, **replayed, **_finite(out)}
 
 
 def _finite(result: dict) -> dict:
@@ -618,7 +644,7 @@ def validate(
         "cached_tokens_mismatch_free_run": int(free_mismatch),
     }
     if repeat is not None:
-        result["repeat"] = repeat_errors(run, counts["output_tokens_measured"], repeat)
+        result["repeat"] = repeat_errors(run_dir, run, counts["output_tokens_measured"], repeat)
     result = _finite(result)
     tables = {"steps": steps, "measured": run.requests, "simulated": simulated}
     return result, tables
@@ -682,7 +708,7 @@ def summary_lines(result: dict) -> list[str]:
 def cmd_validate(args) -> int:
     from reports.output import check_output, write_output
 
-    overhead_from = Path(args.overhead_from) if args.overhead_from else None
+    overhead_from = None if args.overhead_from is None else Path(args.overhead_from)
     # Unusable output paths are refused before the work, not after it.
     if args.json:
         check_output(Path(args.json), "--json", f'"schema": "{SCHEMA}"')
@@ -690,7 +716,7 @@ def cmd_validate(args) -> int:
         check_output(Path(args.report), "--report", REPORT_TITLE)
     terms = {"shared_page_reads": args.shared_page_reads, "ragged_decode": args.ragged_decode}
     decode_terms = {k: v for k, v in terms.items() if v is not None}
-    repeat = Path(args.repeat) if args.repeat else None
+    repeat = None if args.repeat is None else Path(args.repeat)
     result, tables = validate(Path(args.run_dir), overhead_from, decode_terms, repeat)
     print("\n".join(summary_lines(result)))
     if args.json:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from engine.check import served_rows, shared_layouts, sharing
+from sim.cascade import shared_reads
 from sim.latency.calibrated import _Grid2
 from sim.latency.ragged import RaggedDecode, RaggedPoint, fit_ragged_decode
 from sim.latency.shared_reads import SharedPoint, SharedReads, fit_shared_reads
@@ -96,21 +98,10 @@ def ragged_points(measured: dict) -> list[RaggedPoint]:
 
 
 def reread_tokens(rows: list[list[int]], page_size: int = 16) -> int:
-    """Tokens a step's decodes read that another decode of it reads too, as sim.cascade counts
-    them: decodes whose first page is the same share their common leading pages, less each
-    one's last page (still being written)."""
-    groups: dict[int, list[list[int]]] = {}
-    for row in rows:
-        groups.setdefault(row[0], []).append(row)
-    shared = 0
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        common = min(len(r) for r in members)
-        for r in members[1:]:
-            common = next((i for i in range(common) if r[i] != members[0][i]), common)
-        shared += (len(members) - 1) * min(common, common and min(map(len, members)) - 1)
-    return shared * page_size
+    """Tokens a step's decodes (block tables `rows`) read that another decode of it reads too:
+    sim.cascade.shared_reads itself, on the tables as the replay's decodes."""
+    decodes: list = [(SimpleNamespace(pages=row), 1, False) for row in rows]  # what it reads
+    return shared_reads(decodes, page_size)
 
 
 def served_check(

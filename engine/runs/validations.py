@@ -46,9 +46,16 @@ def is_workload(run_dir: Path) -> bool:
 
 
 def write(result: dict, path: Path) -> None:
+    """The result as the committed file (the run named from the repository root, not by this
+    machine's path)."""
+    result = {**result, "run": str(path.parent.relative_to(RUNS.parents[1]))}
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{path.relative_to(RUNS)}: step {result['step_time_median_abs_err']:.3f}, "
-          f"TTFT {result['ttft_median_abs_err']:.3f} / {result['ttft_p90_abs_err']:.3f}")  # fmt: skip
+    print(f"{path.relative_to(RUNS)}: step {_num(result['step_time_median_abs_err'])}, TTFT "
+          f"{_num(result['ttft_median_abs_err'])} / {_num(result['ttft_p90_abs_err'])}")  # fmt: skip
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def main() -> None:

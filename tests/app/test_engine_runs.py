@@ -101,6 +101,9 @@ def assert_committed(result: dict, committed: Path) -> None:
 
 
 def assert_same(result: dict, committed: dict) -> None:
+    """Every committed number as computed now (floats to rounding), and no field on one side
+    only."""
+    assert set(result) == set(committed), set(result) ^ set(committed)
     for key, value in committed.items():
         if isinstance(value, float):
             assert result[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key

@@ -15,7 +15,7 @@ import pytest
 
 from kvsched.experiment import run_arm
 from kvsched.validate import validate
-from sim.config import parse_config
+from sim.config import ConfigError, parse_config
 from sim.steps import steps_frame
 
 OPEN_LOOP = {
@@ -139,8 +139,6 @@ def test_a_steps_cost_runs_to_the_next_start_unless_the_engine_went_idle():
 
 
 def test_a_repeat_is_compared_with_the_run_as_the_simulation_is(tmp_path):
-    from sim.config import ConfigError
-
     run, repeat = tmp_path / "run", tmp_path / "repeat"
     write_as_engine_run(OPEN_LOOP, run)
     write_as_engine_run(OPEN_LOOP, repeat)
@@ -153,6 +151,7 @@ def test_a_repeat_is_compared_with_the_run_as_the_simulation_is(tmp_path):
     for key in ("ttft", "tpot", "e2e"):
         assert same[f"{key}_median_abs_err"] == 0 and same[f"{key}_p90_abs_err"] == 0, key
     assert same["throughput_abs_err"] == 0
+    assert same["cached_tokens_mismatch"] == 0 and same["step_composition_mismatch"] == 0
     # every first token twice as late in the repeat: TTFT off by 100% for every request
     path = repeat / "engine" / "requests.csv"
     reqs = pd.read_csv(path)
@@ -166,17 +165,43 @@ def test_a_repeat_is_compared_with_the_run_as_the_simulation_is(tmp_path):
     write_as_engine_run({**OPEN_LOOP, "seed": 4}, other)
     with pytest.raises(ConfigError, match="not a run of the same config \\(seed\\)"):
         validate(run, repeat=other)
+    (repeat / "run_info.json").write_text(json.dumps({"graphs": "decode"}))
+    with pytest.raises(ConfigError, match="not a run of the same config \\(graphs\\)"):
+        validate(run, repeat=repeat)
 
 
 def test_an_engine_run_is_simulated_with_the_engine_s_routing(tmp_path):
-    """The engine routes inside its loop between steps: the simulation of its run decides in
-    no time; a run without the engine's run_info.json keeps its config as it is."""
-    from kvsched.validate import _as_served
+    """The engine routes inside its loop between steps: the simulation of its run (summary.json
+    names a measured latency model) decides in no time; a simulated run keeps its config, run
+    info or not, and still validates exactly."""
+    from kvsched.validate import _as_served, load_engine_run
 
+    write_as_engine_run(CLOSED_LOOP, tmp_path)
+    (tmp_path / "run_info.json").write_text(json.dumps({"wall_s": 1.0, "date": "x"}))
+    (tmp_path / "summary.json").write_text(json.dumps({"latency_model": "calibrated:h200"}))
+    simulated = load_engine_run(tmp_path).cfg
+    assert simulated.router.decision_time_s == parse_config(CLOSED_LOOP).router.decision_time_s
+    result, _ = validate(tmp_path)
+    assert result["ttft_p90_abs_err"] == pytest.approx(0, abs=1e-9)
+    assert result["cached_tokens_mismatch_free_run"] == 0
+    (tmp_path / "summary.json").write_text(json.dumps({"latency_model": "measured:NVIDIA H200"}))
+    assert load_engine_run(tmp_path).cfg.router.decision_time_s == 0.0
     cfg = parse_config({**OPEN_LOOP, "router": {"decision_time_s": 2.5e-5}})
-    assert _as_served(cfg, tmp_path / "run_info.json") == cfg
-    (tmp_path / "run_info.json").write_text(json.dumps({"graphs": "decode"}))
-    served = _as_served(cfg, tmp_path / "run_info.json")
+    served = _as_served(cfg, {"graphs": "decode"})
     assert served.router.decision_time_s == 0.0
     assert served.gpu.mixed_graph_max_tokens == 0
     assert served.model_copy(update={"router": cfg.router, "gpu": cfg.gpu}) == cfg
+    (tmp_path / "run_info.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="run_info.json: not valid JSON"):
+        load_engine_run(tmp_path)
+
+
+def test_steps_written_with_rounded_times_still_validate(tmp_path):
+    """kvsched run writes steps.csv with 9 decimals: back-to-back steps may then overlap by the
+    rounding of two values, which is not an overlap."""
+    write_as_engine_run(CLOSED_LOOP, tmp_path)
+    path = tmp_path / "engine" / "steps.csv"
+    pd.read_csv(path).to_csv(path, index=False, float_format="%.9f")
+    result, _ = validate(tmp_path)
+    assert result["step_composition_mismatch"] == 0 and result["cached_tokens_mismatch"] == 0
+    assert result["step_time_median_abs_err"] < 1e-6

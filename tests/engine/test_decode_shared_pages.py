@@ -95,3 +95,47 @@ def test_served_steps_run_whole_decode_steps_on_the_three_layouts():
     out = decode_step_served(shape, w, "cpu", [step], pool_pages=32)
     assert len(out) == 1 and set(out[0]) == {"served_ms", "distinct_ms", "equal_ms"}
     assert all(ms > 0 for ms in out[0].values())
+
+
+def test_served_variants_keep_sharing_distinct_pages_and_equal_lengths():
+    import numpy as np
+
+    from engine.check import _served_variants, step_layout
+
+    decodes = [([7, 8, 9], 40), ([7, 8, 3], 35), ([1, 2], 20)]
+    variants = {
+        name: (table, lens)
+        for name, table, lens in _served_variants(
+            step_layout(decodes, 16, real_ids=True), np.random.default_rng(0), 64
+        )
+    }
+    assert list(variants) == ["served", "distinct", "equal", "served_ids"]
+    served, lens = variants["served"]
+    assert lens.tolist() == [40, 35, 20]
+    assert served[0, :2].tolist() == served[1, :2].tolist()  # the shared pages: one each
+    assert len({served[0, 2], served[1, 2], *served[2, :2]} | set(served[0, :2])) == 6
+    distinct, _ = variants["distinct"]
+    used = [p for row, n in zip(distinct, [3, 3, 2], strict=True) for p in row[:n]]
+    assert len(set(used)) == len(used) == 8  # every page of every decode its own
+    equal, at = variants["equal"]
+    assert at.tolist() == [32] * 3 and equal.shape[1] == 2  # mean 31.67 -> 32 tokens, 2 pages
+    assert len(set(equal.ravel().tolist())) == 6
+    ids, _ = variants["served_ids"]
+    assert ids[:, :3].tolist() == [[7, 8, 9], [7, 8, 3], [1, 2, 0]]  # the pool's own pages
+
+
+def test_fit_counts_shared_reads_as_the_simulator_does():
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from sim.cascade import shared_reads
+
+    path = Path(__file__).resolve().parents[2] / "engine" / "runs" / "fit_shared_reads.py"
+    spec = importlib.util.spec_from_file_location("fit_shared_reads", path)
+    assert spec is not None and spec.loader is not None
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    rows = [[5, 6, 7, 8], [5, 6, 7, 9], [5, 6, 11], [3, 4]]
+    items = [(SimpleNamespace(pages=r), 1, False) for r in rows]
+    assert fit.reread_tokens(rows) == shared_reads(items, 16) == (2 * 2) * 16

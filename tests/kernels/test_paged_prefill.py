@@ -242,6 +242,17 @@ def test_plan_carries_its_class_launch_config():
         plan_prefill([16], [100], 1, 8, launch={"bogus": 1})
 
 
+def test_configs_recorded_with_a_retired_option_at_its_off_value_still_load(monkeypatch):
+    from kernels.paged_prefill import set_prefill_launch_configs
+
+    split = dict(PREFILL_LAUNCH_CONFIGS["split"])
+    monkeypatch.setitem(PREFILL_LAUNCH_CONFIGS, "split", split)
+    set_prefill_launch_configs({"split": {"num_warps": 4, "poly_exp2": 0}})  # session 6's files
+    assert PREFILL_LAUNCH_CONFIGS["split"] == {**split, "num_warps": 4}
+    with pytest.raises(ValueError, match="unknown launch keys"):
+        set_prefill_launch_configs({"split": {"poly_exp2": 2}})  # on: no longer exists
+
+
 def test_wide_tiles_where_they_fill_the_gpu(monkeypatch):
     # "tiles_wide": the causal chunks whose wider tiles still give >= 1 program per SM. Small
     # tiles on CPU (the class's block_m is its knob), a 2-SM "GPU" so that the class is chosen.
