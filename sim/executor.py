@@ -72,6 +72,7 @@ class DecodePrices:
     def _row_part(self, key: tuple[int, int, int], start: int, count: int) -> list[float]:
         """Prices start .. start + count - 1 of one row, pricing the missing ones."""
         row = self._rows.get(key)
+        again = row is not None  # a row asked again is priced whole (one vectorised pass)
         if row is None:
             if (  # start afresh (a row holds BLOCK slots, priced or not)
                 self._num_entries + count > self.max_entries
@@ -85,7 +86,10 @@ class DecodePrices:
             return prices  # type: ignore[return-value]
         num_decode, residue, row_at = key
         base = (row_at * self.BLOCK) * num_decode + residue
-        missing = [start + i for i, price in enumerate(prices) if price is None]
+        if again and self._vectorised is not None:
+            missing = [j for j, price in enumerate(row) if price is None]
+        else:
+            missing = [start + i for i, price in enumerate(prices) if price is None]
         sums = [base + j * num_decode for j in missing]
         for j, price in zip(missing, self._price(num_decode, sums), strict=True):
             row[j] = price
