@@ -241,6 +241,56 @@ def test_decode_spans_run_and_are_exact():
     assert ref[6] == 0
 
 
+@pytest.mark.parametrize(
+    ("arm", "race_window_s"), [("paged", 0.0), ("openclaw", 0.0), ("paged", 0.002)]
+)
+def test_kv_usage_mid_span_is_the_synced_one(arm, race_window_s):
+    """Node.kv_usage (what the time-series sampler reads) answers mid-span without bringing the
+    span up to date (a race window: it does, as a use-after-free may count), and equals the
+    usage and counters the node shows once it is."""
+    raw = two_nodes_without_reuse(5, 12.0, rate=2.0, input_max=1500, output_min=100, output_max=600)
+    raw["cache"] = {**raw["cache"], "race_window_s": race_window_s}
+    cfg = resolve_arms(raw, [arm])[arm]
+    workload = make_workload(cfg.workload.name, cfg.workload.params, np.random.default_rng(0))
+    cluster = Cluster(cfg, workload, np.random.default_rng(1), make_policy)
+    checks: list[tuple[bool, bool, bool]] = []
+
+    def counted(counters) -> tuple:
+        depth = counters.evicted_by_depth
+        return (*astuple_without_depth(counters), None if depth is None else depth.tolist())
+
+    def probe(env):
+        while True:
+            yield env.timeout(0.0173)
+            for node in cluster.nodes:
+                behind = node._span_applied <= node._span_index
+                usage, counters = node.kv_usage()
+                left_behind = node._span_applied <= node._span_index
+                kv = node.kv  # brings the span up to date
+                same = usage == kv.usage() and counted(counters) == counted(kv.counters())
+                checks.append((behind, left_behind, same))
+
+    cluster.env.process(probe(cluster.env))
+    cluster.run()
+    assert all(same for _, _, same in checks)
+    assert sum(behind for behind, _, _ in checks) > 50  # mid-span reads did happen
+    if race_window_s:
+        assert not any(left for _, left, _ in checks)
+    else:
+        assert all(behind == left for behind, left, _ in checks)  # read without the sync
+
+
+def astuple_without_depth(counters) -> tuple:
+    return (
+        counters.protected_pages,
+        counters.evicted_pages,
+        counters.use_after_free,
+        counters.admission_rejected_tokens,
+        counters.peak_retired_bytes,
+        counters.alloc_stalls,
+    )
+
+
 def test_free_and_used_tokens_mid_span_are_the_synced_ones():
     """Node.free_tokens()/used_tokens() (what the router's views read) answer mid-span without
     bringing the span up to date, and equal what the node shows once it is."""
