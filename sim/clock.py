@@ -30,7 +30,6 @@ class Clock(simpy.Environment):
         # (time, priority, id, actor, quiet ends: None or an iterator of next end times)
         self._step_ends: list[tuple[float, int, int, StepEnd, Iterator[float] | None]] = []
         self.num_events = 0  # SimPy events processed
-        self.num_step_ends = 0  # parked step ends processed
         # Called when `run` returns: actors that keep state behind (a node's decode span)
         # bring it up to date, so whoever reads it after a run sees the exact state.
         self.syncs: list[Callable[[], None]] = []
@@ -67,7 +66,6 @@ class Clock(simpy.Environment):
         while ends and (not queue or ends[0] < queue[0]):  # type: ignore[operator]
             at_s, _, _, actor, quiet = ends[0]
             self._now = at_s
-            self.num_step_ends += 1
             next_s = None if quiet is None else next(quiet, None)
             if next_s is None:
                 heappop(ends)
