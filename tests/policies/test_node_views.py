@@ -1,5 +1,6 @@
 """Routing over NodeViews (each view built when first read) decides as the rules did over a list
-of every view: the reference rules below are the list versions the lazy ones replaced."""
+of every view: the reference rules (tests/policies/test_routing_ties.py) are the list versions
+the lazy ones replaced."""
 
 from __future__ import annotations
 
@@ -11,29 +12,7 @@ from policies.params import NoParams
 from policies.routing import LeastLoaded, PrefixAffinity, PrefixAffinityParams
 from policies.routing_approx import SGLangCacheAware, SGLangCacheAwareParams
 from sim.views import NodeView, NodeViews, RouteQuery
-
-
-def reference_least_loaded(views, among=None) -> int:
-    candidates = range(len(views)) if among is None else among
-    outstanding = [views[i].num_waiting + views[i].num_running for i in candidates]
-    fewest = min(outstanding)
-    tied = [i for i, n in zip(candidates, outstanding, strict=True) if n == fewest]
-    if len(tied) == 1:
-        return tied[0]
-    return min(tied, key=lambda i: (views[i].load, i))
-
-
-def reference_affinity(views, p: PrefixAffinityParams) -> int:
-    matched = [v.cached_prefix_tokens for v in views]
-    longest = max(matched)
-    if longest == 0:
-        return reference_least_loaded(views)
-    holders = [i for i, m in enumerate(matched) if m == longest]
-    best = holders[0] if p.tie_break == "first" else reference_least_loaded(views, holders)
-    if p.fallback and views[best].load > p.load_threshold:
-        return reference_least_loaded(views)
-    return best
-
+from tests.policies.test_routing_ties import reference_affinity, reference_least_loaded
 
 # Few distinct values: ties in outstanding, load and match are common.
 VIEW = st.builds(
@@ -83,7 +62,7 @@ QUERY = RouteQuery(0, 64, np.arange(4, dtype=np.uint64), 16)
 def test_prefix_affinity_over_node_views_decides_as_over_the_list(rows, threshold, fallback, tie):
     views = built(rows)
     p = PrefixAffinityParams(load_threshold=threshold, fallback=fallback, tie_break=tie)
-    want = reference_affinity(views, p)
+    want = reference_affinity(views, [v.cached_prefix_tokens for v in views], p)
     reads: list[int] = []
     assert PrefixAffinity(p, np.random.default_rng(0)).route(QUERY, lazy(views, reads)) == want
     assert PrefixAffinity(p, np.random.default_rng(0)).route(QUERY, views) == want
