@@ -24,15 +24,9 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
   [ "${SKIP_FUSED_BENCH:-0}" = 1 ] || python3 -m kernels.fused --bench 2>&1 | tee $OUT/fused_bench.txt
 fi
 echo "graphs: ${GRAPHS:-all}" | tee $OUT/serve.log
-# The GPUs' clocks, temperature and power once a second while the runs serve (a later run on a
-# hotter GPU may clock lower: the device time scale is measured per run)
-nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,temperature.gpu,power.draw \
-  --format=csv,nounits -l 1 > $OUT/gpu_clocks.csv 2>/dev/null &
-CLOCKS=$!
-REPEATS=""
-for stem in ${REPEAT:-}; do  # the same config under another name: its own run directory
-  cp engine/runs/configs/$stem.yaml /tmp/${stem}_repeat.yaml && REPEATS="$REPEATS --config /tmp/${stem}_repeat.yaml"
-done
+source engine/runs/device_common.sh
+log_gpu_clocks $OUT/gpu_clocks.csv
+REPEATS=$(repeat_configs) || exit 1
 timeout -k 10 ${SERVE_TIMEOUT:-480} python3 -m kvsched.engine_run --graphs ${GRAPHS:-all} ${DURATION:+--duration-s $DURATION} --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
   --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml \

@@ -12,15 +12,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $OUT/
 env | grep ^NCCL | tee -a $OUT/gpu.txt
 # A rank stuck in a collective never exits by itself: the timeout kills the whole group (TERM,
 # then KILL 10 s later), and the archive below runs whatever happened.
-# The GPUs' clocks, temperature and power once a second while the runs serve (a later run on a
-# hotter GPU may clock lower: the device time scale is measured per run)
-nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,temperature.gpu,power.draw \
-  --format=csv,nounits -l 1 > $OUT/gpu_clocks.csv 2>/dev/null &
-CLOCKS=$!
-REPEATS=""
-for stem in ${REPEAT:-}; do  # the same config under another name: its own run directory
-  cp engine/runs/configs/$stem.yaml /tmp/${stem}_repeat.yaml && REPEATS="$REPEATS --config /tmp/${stem}_repeat.yaml"
-done
+source engine/runs/device_common.sh
+log_gpu_clocks $OUT/gpu_clocks.csv
+REPEATS=$(repeat_configs) || exit 1
 timeout -k 10 ${SERVE_TIMEOUT:-420} torchrun --nproc-per-node 2 -m kvsched.engine_run \
   --graphs ${GRAPHS:-all} --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/article70b_tp2_shared_prefix.yaml \

@@ -24,15 +24,21 @@ def _signed(v) -> str:
     return "-" if v is None else f"{v:+.1%}"
 
 
+def _serving_cells(r: dict) -> str:
+    """TTFT, TPOT, E2E, throughput and the TTFT distribution's cells of a result."""
+    return (
+        f"{_pct(r['ttft_median_abs_err'])} / {_pct(r['ttft_p90_abs_err'])} | "
+        f"{_pct(r['tpot_median_abs_err'])} / {_pct(r['tpot_p90_abs_err'])} | "
+        f"{_pct(r['e2e_median_abs_err'])} | {_pct(r['throughput_abs_err'])} | "
+        f"{_signed(r.get('ttft_p50_rel_err'))} / {_signed(r.get('ttft_p90_rel_err'))} |"
+    )
+
+
 def row(name: str, r: dict) -> str:
     return (
         f"| {name} | {r['replayed_steps']} | {r['cached_tokens_mismatch']} / "
         f"{r['step_composition_mismatch']} | {_pct(r['step_time_median_abs_err'])} / "
-        f"{_pct(r['step_time_p90_abs_err'])} | {_pct(r['ttft_median_abs_err'])} / "
-        f"{_pct(r['ttft_p90_abs_err'])} | {_pct(r['tpot_median_abs_err'])} / "
-        f"{_pct(r['tpot_p90_abs_err'])} | {_pct(r['e2e_median_abs_err'])} | "
-        f"{_pct(r['throughput_abs_err'])} | {_signed(r.get('ttft_p50_rel_err'))} / "
-        f"{_signed(r.get('ttft_p90_rel_err'))} |"
+        f"{_pct(r['step_time_p90_abs_err'])} | {_serving_cells(r)}"
     )
 
 
@@ -45,13 +51,7 @@ HEADER = (
 
 def repeat_row(name: str, r: dict) -> str:
     """The engine against its own repeat (no step times: two runs' steps do not pair up)."""
-    return (
-        f"| {name}: engine vs its repeat | | | | {_pct(r['ttft_median_abs_err'])} / "
-        f"{_pct(r['ttft_p90_abs_err'])} | {_pct(r['tpot_median_abs_err'])} / "
-        f"{_pct(r['tpot_p90_abs_err'])} | {_pct(r['e2e_median_abs_err'])} | "
-        f"{_pct(r['throughput_abs_err'])} | {_signed(r.get('ttft_p50_rel_err'))} / "
-        f"{_signed(r.get('ttft_p90_rel_err'))} |"
-    )
+    return f"| {name}: engine vs its repeat | | | | {_serving_cells(r)}"
 
 
 def main() -> None:
