@@ -1,5 +1,18 @@
 # Sourced by the kernels' device scripts (kernels/device_run_*.sh): a step budget and the header
-# every call's log starts with. The caller sets t0 (start, epoch s), budget (s) and log (file).
+# every call's log starts with. The caller sets t0 (start, epoch s), budget (s) and log (file),
+# or calls device_start.
+
+# A call's start: strict variables, NVLink multicast off (KINDS.md), t0, budget ($BUDGET, else
+# $1 s), log ($OUT/run.log), the header and the snapshot's commit line in the log.
+device_start() {
+  set -u
+  export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  t0=$(date +%s)
+  budget=${BUDGET:-$1}
+  log="$OUT/run.log"
+  device_header
+  cat SNAPSHOT 2>/dev/null | tee -a "$log"
+}
 
 # Seconds to give a step: min(wanted, what the budget has left minus a reserve), at least 1.
 left() {

@@ -11,15 +11,9 @@
 #          3. kernels.bench --decode-sweep: the defaults and the separate combine, with SDPA
 #          4. kernels.bench_prefill --no-sdpa: prefill target rows + cascade variants
 # Outputs: run.log and the JSON files named below.
-set -u
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-t0=$(date +%s)
-budget=${BUDGET:-300}
 mode=${1:-sweep}
-log="$OUT/run.log"
 . "$(dirname "$0")/device_budget.sh"
-device_header
-cat SNAPSHOT 2>/dev/null | tee -a "$log"
+device_start 300
 tests="tests/kernels/test_paged_decode.py tests/kernels/test_paged_prefill.py tests/kernels/test_cascade_decode.py"
 if [ "$mode" = sweep ]; then
   step "pytest (GPU): fused combine, reversed splits, one-token chunks, cascade"

@@ -18,15 +18,9 @@
 #          5. kernels.bench_prefill: prefill target rows + cascade (those configs)
 #   (poly_exp2 was removed after call 2, measured slower, and its candidates with it.)
 # Outputs: run.log and the JSON files named below.
-set -u
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-t0=$(date +%s)
-budget=${BUDGET:-290}
 mode=${1:-sweep}
-log="$OUT/run.log"
 . "$(dirname "$0")/device_budget.sh"
-device_header
-cat SNAPSHOT 2>/dev/null | tee -a "$log"
+device_start 290
 tests="tests/kernels/test_paged_decode.py tests/kernels/test_paged_prefill.py tests/kernels/test_cascade_decode.py"
 if [ "$mode" = sweep ]; then
   step "decode sweep: pipeline depth (SDPA on the uniform shapes)"
