@@ -106,15 +106,6 @@ def shared_reads(
     return reread_tokens(shared_prefix_groups(items, page_size, memo))
 
 
-def span_shared_reads(
-    items: list[BatchItem], page_size: int, memo: CommonPrefixMemo | None
-) -> int | None:
-    """`shared_reads` of the batch and of every decode step it runs on (None: see
-    `span_groups`)."""
-    groups = span_groups(items, page_size, memo)
-    return None if groups is None else reread_tokens(groups)
-
-
 def longest_decode(items: list[BatchItem]) -> int:
     """The longest decode context of the step (as Step.shape counts it), 0 without decodes."""
     return max((seq.num_computed + 1 for seq, _, pre in items if not pre), default=0)
@@ -145,43 +136,14 @@ class DecodeBatchExecutor(ModelledExecutor):
         return self.run_step(node_id, step, now)
 
     def compute_s(self, step: Step) -> float:
-        shape = step.shape()
-        shape.decode_shared_tokens = shared_reads(step.items, self.page_size, self._common)
-        shape.decode_ctx_max = longest_decode(step.items)
-        return self.latency.shape_time_s(shape)
-
-    def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
-        """Prices of the decode span's steps 1, 2, ... after `step` (its decodes' block tables
-        as of step 0): `compute_s` of each, the same floats. Shared reads stay step 0's (a
-        decode appends pages of its own); the longest context grows by one token a step."""
-        if self.transfer is not None:
-            return None
-        shared = span_shared_reads(step.items, self.page_size, self._common)
-        if shared is None:
-            return None
-        num_decode, longest = len(step.items), longest_decode(step.items)
-        price = self.latency.shape_time_s
-        return [
-            price(StepShape([], [], num_decode, ctx_sum, shared, longest + k))
-            for k, ctx_sum in enumerate(ctx_sums, start=1)
-        ]
-
-
-class CascadeExecutor(DecodeBatchExecutor):
-    """The modelled executor with a cascade decode kernel: decode contexts shrink to their
-    tails, plus one prefix pass for all groups.
-
-    The engine launches the cascade only when it is faster than the plain kernel for the step
-    (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
-
-    def compute_s(self, step: Step) -> float:
         groups = shared_prefix_groups(step.items, self.page_size, self._common)
         return self._price(step.shape(), groups, longest_decode(step.items))
 
     def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
         """Prices of the decode span's steps 1, 2, ... after `step`: `compute_s` of each, the
         same floats. A decode appends pages of its own only, so the groups stay step 0's
-        unless a member's last page holds a group's share down (then no span)."""
+        unless a member's last page holds a group's share down (then no span); the longest
+        context grows by one token a step."""
         if self.transfer is not None:
             return None
         groups = span_groups(step.items, self.page_size, self._common)
@@ -194,11 +156,23 @@ class CascadeExecutor(DecodeBatchExecutor):
         ]
 
     def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
-        """The cheaper of the plain kernel (its shared pages re-read from L2 and its longest
-        context, where the model prices those) and the cascade (tails plus one prefix pass)."""
+        """The plain kernel's price: its shared pages re-read from L2 and its longest context,
+        where the model prices those."""
         shape.decode_shared_tokens = reread_tokens(groups)
         shape.decode_ctx_max = longest
-        plain_s = self.latency.shape_time_s(shape)
+        return self.latency.shape_time_s(shape)
+
+
+class CascadeExecutor(DecodeBatchExecutor):
+    """The modelled executor with a cascade decode kernel: decode contexts shrink to their
+    tails, plus one prefix pass for all groups.
+
+    The engine launches the cascade only when it is faster than the plain kernel for the step
+    (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
+
+    def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
+        """The cheaper of the plain kernel and the cascade (tails plus one prefix pass)."""
+        plain_s = super()._price(shape, groups, longest)
         if not groups:
             return plain_s
         size, pairs = prefix_pass(groups)

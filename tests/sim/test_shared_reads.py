@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from policies import make_policy
-from sim.cascade import CascadeExecutor, DecodeBatchExecutor, shared_reads, span_shared_reads
+from sim.cascade import CascadeExecutor, DecodeBatchExecutor, shared_reads, span_groups
 from sim.cluster import Cluster
 from sim.config import parse_config
 from sim.latency import make_latency_model
@@ -96,7 +96,7 @@ def test_a_span_prices_each_step_as_the_step_by_step_executor_does():
 def test_no_span_while_a_members_last_page_holds_the_share_down():
     shared = list(range(4))
     items = [decode(0, shared, 64), decode(1, [*shared, 900], 70)]  # 0: every page shared
-    assert span_shared_reads(items, PAGE, None) is None
+    assert span_groups(items, PAGE, None) is None
     assert shared_reads(items, PAGE) == 3 * PAGE
 
 
