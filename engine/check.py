@@ -383,12 +383,10 @@ def decode_ragged(shape, device, batches=(8, 16, 25, 32, 64), means=(2048, 8192)
     return out
 
 
-def decode_step_shared(
-    shape, w, device, prefix=2048, batches=(16, 32, 64), tails=(128, 384), pool_pages=20480
-) -> dict:
-    """Whole decode steps of the engine (every layer, CUDA graph as served, host to sampled
-    tokens, median of 15) on the block tables decode_shared_pages times one layer of
-    (`shared_layouts`): do the shared pages' savings the kernel shows reach a served step?"""
+def _decode_graphs(shape, w, device, pool_pages: int, batches: list[np.ndarray]):
+    """The engine's decode graphs over a random pool of `pool_pages` pages (plus the scratch
+    page), captured for the padded sizes and split caps these batches' lengths need (on CPU,
+    in tests, not captured: the steps run eagerly on the same inputs)."""
     from engine.graphs import DecodeGraphs
     from kernels.paged_decode import decode_splits
 
@@ -396,23 +394,39 @@ def decode_step_shared(
         shape.num_layers, pool_pages + 1, shape.num_kv_heads, PAGE, shape.head_dim, device
     )
     pool.k.normal_(), pool.v.normal_()
-    model = PagedModel(shape, w, pool)
-    graphs = DecodeGraphs(model, max_model_len=40960, scratch_page=pool_pages)
+    graphs = DecodeGraphs(PagedModel(shape, w, pool), max_model_len=40960, scratch_page=pool_pages)
+    hkv = shape.num_kv_heads
+    caps = {
+        graphs.cap_for(decode_splits(len(n), int(n.sum()), int(n.max()), hkv, device)[0])
+        for n in batches
+    }
+    sizes = {graphs.size_for(len(n)) for n in batches}  # the batch each step pads to
+    if device == "cuda":
+        graphs.capture(sorted(s for s in sizes if s is not None), caps=sorted(caps))
+    return graphs
+
+
+def _decode_works(shape, rng, table: np.ndarray, lens: np.ndarray) -> list[SeqWork]:
+    """One decode per row: a random token at its context's end, over its own block table."""
+    return [
+        SeqWork(rng.integers(0, shape.vocab_size, 1), int(n) - 1,
+                table[i, : -(-int(n) // PAGE)].tolist(), False)
+        for i, n in enumerate(lens)
+    ]  # fmt: skip
+
+
+def decode_step_shared(
+    shape, w, device, prefix=2048, batches=(16, 32, 64), tails=(128, 384), pool_pages=20480
+) -> dict:
+    """Whole decode steps of the engine (every layer, CUDA graph as served, host to sampled
+    tokens, median of 15) on the block tables decode_shared_pages times one layer of
+    (`shared_layouts`): do the shared pages' savings the kernel shows reach a served step?"""
     layouts = list(shared_layouts(prefix, pool_pages, batches, tails))
-    caps = set()
-    for batch, _, lens, _, _ in layouts:
-        splits = decode_splits(batch, int(lens.sum()), int(lens.max()), shape.num_kv_heads, device)
-        caps.add(graphs.cap_for(splits[0]))
-    sizes = {graphs.size_for(b) for b, *_ in layouts}  # the batch each step pads to
-    graphs.capture(sorted(s for s in sizes if s is not None), caps=sorted(caps))
+    graphs = _decode_graphs(shape, w, device, pool_pages, [lens for _, _, lens, _, _ in layouts])
     rng = np.random.default_rng(5)
     out: dict = {"prefix": prefix, "pool_pages": pool_pages, "tails": list(tails)}
     for batch, groups, lens, table, member in layouts:
-        works = [
-            SeqWork(rng.integers(0, shape.vocab_size, 1), int(n) - 1,
-                    table[i, : -(-int(n) // PAGE)].tolist(), False)
-            for i, n in enumerate(lens)
-        ]  # fmt: skip
+        works = _decode_works(shape, rng, table, lens)
         ms = _median_s(lambda: greedy(graphs.run(works)).tolist()) * 1e3  # noqa: B023
         out[f"b{batch}_g{groups}"] = {"ms": ms, **sharing(prefix, lens, member)}
     return out
@@ -500,34 +514,14 @@ def decode_step_served(shape, w, device, steps: list[dict], pool_pages=20480) ->
     """Whole decode steps of the engine (every layer, CUDA graph as served; GPU ms between
     events around the step, median of 10) on the served batches `decode_served` times one
     layer of: do the savings the kernel shows on them reach the served step?"""
-    from engine.graphs import DecodeGraphs
-    from kernels.paged_decode import decode_splits
-
-    pool = KVPool(
-        shape.num_layers, pool_pages + 1, shape.num_kv_heads, PAGE, shape.head_dim, device
-    )
-    pool.k.normal_(), pool.v.normal_()
-    model = PagedModel(shape, w, pool)
-    graphs = DecodeGraphs(model, max_model_len=40960, scratch_page=pool_pages)
     rng = np.random.default_rng(8)
     cases = [list(_served_variants(step, rng, pool_pages)) for step in steps]
-    hkv = shape.num_kv_heads
-    caps = {
-        graphs.cap_for(decode_splits(len(n), int(n.sum()), int(n.max()), hkv, device)[0])
-        for case in cases
-        for _, _, n in case
-    }
-    if device == "cuda":  # on CPU (tests) the steps run eagerly on the same inputs
-        graphs.capture(sorted({graphs.size_for(len(c[0][2])) for c in cases}), caps=sorted(caps))
+    graphs = _decode_graphs(shape, w, device, pool_pages, [n for c in cases for _, _, n in c])
     out = []
     for case in cases:
         row = {}
         for name, table, lens in case:
-            works = [
-                SeqWork(rng.integers(0, shape.vocab_size, 1), int(n) - 1,
-                        table[i, : -(-int(n) // PAGE)].tolist(), False)
-                for i, n in enumerate(lens)
-            ]  # fmt: skip
+            works = _decode_works(shape, rng, table, lens)
             row[f"{name}_ms"] = _step_ms(lambda: graphs.run(works), device)  # noqa: B023
         out.append(row)
     return out
