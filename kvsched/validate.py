@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from sim.kv.manager import paged_kv_from_config
 from sim.latency import LatencyModel, make_latency_model
 from sim.metrics import REQUEST_COLUMNS, request_frame
 from sim.request import Request, Workload
-from sim.scheduler import Scheduler
+from sim.scheduler import Scheduler, Step
 from sim.sequence import Sequence, new_sequence
 from sim.steps import STEP_COLUMNS, step_plan
 from workloads.registry import make_workload
@@ -260,10 +261,13 @@ class ReplayedSteps:
     busy_after: np.ndarray  # bool
 
 
-def replay(run: EngineRun, requests: list[Request]) -> tuple[dict, ReplayedSteps]:
+def replay(
+    run: EngineRun, requests: list[Request], on_step: Callable[[int, Step], None] | None = None
+) -> tuple[dict, ReplayedSteps]:
     """Re-drive sim's scheduler with the engine's queue and step times; count disagreements,
     and read each step's shared decode reads off the replayed block tables (the engine's own:
-    same cache code, same decisions), which steps.csv does not record.
+    same cache code, same decisions), which steps.csv does not record. `on_step(k, step)` sees
+    each planned step (row k of steps.csv) before it is applied.
 
     Each request joins the queue before the step the engine first planned with it queued
     (requests.csv `queued_step`), so every scheduling decision sees the engine's queue."""
@@ -299,6 +303,8 @@ def replay(run: EngineRun, requests: list[Request]) -> tuple[dict, ReplayedSteps
         composition_mismatch += _composition(step) != _row_composition(row)
         shared[k] = shared_reads(step.items, cfg.cache.page_size, memo)
         longest[k] = longest_decode(step.items)
+        if on_step is not None:
+            on_step(k, step)
         last_end = float(row.start_s) + float(row.duration_s)
         scheduler.apply(step, last_end)
         busy_after[k] = scheduler.has_work()

@@ -22,7 +22,7 @@ import numpy as np
 
 import kvsched.validate as validate
 from engine.check import step_layout
-from sim.cascade import shared_reads
+from sim.scheduler import Step
 
 RUNS = Path(__file__).resolve().parent
 # run -> the attention shard its decodes ran on (engine.check.SHARED_SHARDS)
@@ -40,20 +40,14 @@ def decode_batches(run_dir: Path) -> list[tuple[int, list[tuple[list[int], int]]
     its decodes as (pages, context))."""
     run = validate.load_engine_run(run_dir)
     batches = []
-    planned = iter(range(len(run.steps)))  # the replay reads shared reads once per step
 
-    def recording(items, page_size, memo=None):
-        step = next(planned)
+    def record(k: int, step: Step) -> None:
+        items = step.items
         decodes = [(list(seq.pages), seq.num_computed + 1) for seq, _, pre in items if not pre]
         if len(decodes) == len(items) >= 2:
-            batches.append((step, decodes))
-        return shared_reads(items, page_size, memo)
+            batches.append((k, decodes))
 
-    validate.shared_reads = recording  # the replay reads each step's shared reads through it
-    try:
-        validate.replay(run, validate.measured_requests(run)[0])
-    finally:
-        validate.shared_reads = shared_reads
+    validate.replay(run, validate.measured_requests(run)[0], record)
     return batches
 
 
