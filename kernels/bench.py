@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -403,19 +404,44 @@ def decode_targets(rows: list[Row], add, copy_tbps: float, cfg: dict, log) -> No
                 log(f"  sweep {name} {extra}: failed ({type(exc).__name__}: {str(exc)[:80]})")
 
 
-def decode_sweep(configs: list[dict], copy_tbps: float, log, sdpa: bool = False) -> list[dict]:
+def sweep_shape(spec: Any) -> tuple[str, list[int]]:
+    """A decode-sweep shape: "BxC" (B sequences of C tokens; C may end in K), "seed-mix", or
+    [name, {"n": N, "lo": LO, "hi": HI, "seed": S}] (N lengths uniform in [LO, HI], numpy's
+    default_rng(S); a ragged batch) or [name, [lengths]]."""
+    if spec == "seed-mix":
+        return "seed-mix", seed_mix_lengths()
+    if isinstance(spec, str):
+        b, c = spec.lower().split("x")
+        ctx = int(c[:-1]) * 1024 if c.endswith("k") else int(c)
+        return spec, [ctx] * int(b)
+    name, lens = spec
+    if isinstance(lens, dict):
+        rng = np.random.default_rng(lens.get("seed", 0))
+        lens = rng.integers(lens["lo"], lens["hi"], size=lens["n"], endpoint=True).tolist()
+    return str(name), [int(x) for x in lens]
+
+
+def decode_sweep(
+    configs: list[dict], copy_tbps: float, log, sdpa: bool = False, shapes: list | None = None
+) -> list[dict]:
     """Graph-timed ms of each config on each shape (one set of inputs per shape, reused); with
-    `sdpa`, SDPA on the uniform shapes too (one row each, config None)."""
+    `sdpa`, SDPA on the uniform shapes too (one row each, config None). `shapes` (sweep_shape
+    specs) replace the default list. A config's "_batch1": true / false times it only on batch-1
+    / batch >= 2 shapes."""
     import torch
 
-    shapes = [
-        *TARGET_SHAPES,
-        ("1x32K", [32768]),
-        ("1x128K", [131072]),
-        ("seed-mix", seed_mix_lengths()),
-    ]
+    cases = (
+        [sweep_shape(s) for s in shapes]
+        if shapes
+        else [
+            *TARGET_SHAPES,
+            ("1x32K", [32768]),
+            ("1x128K", [131072]),
+            ("seed-mix", seed_mix_lengths()),
+        ]
+    )
     out: list[dict] = []
-    for name, lens in shapes:
+    for name, lens in cases:
         q, kv = make_case(lens, 16)
         times = []
         ref_ms = None
@@ -423,8 +449,13 @@ def decode_sweep(configs: list[dict], copy_tbps: float, log, sdpa: bool = False)
             ref_ms, backend = sdpa_ms(q, kv)
             out.append({"case": name, "config": None, "sdpa_ms": ref_ms, "backend": backend})
         for cfg in configs:
+            only = cfg.get("_batch1")
+            if only is not None and bool(only) != (len(lens) == 1):
+                times.append(float("nan"))
+                continue
+            kw = {k: v for k, v in cfg.items() if not k.startswith("_")}
             try:
-                ms, _, err = time_kernel(q, kv, **cfg)
+                ms, _, err = time_kernel(q, kv, **kw)
             except Exception as exc:  # a config that fails is recorded, not fatal
                 log(f"  sweep {name} {cfg}: failed ({type(exc).__name__}: {str(exc)[:80]})")
                 ms, err = float("nan"), float("nan")
@@ -484,6 +515,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--sweep-sdpa", action="store_true", help="--decode-sweep: SDPA on the uniform shapes too"
+    )
+    ap.add_argument(
+        "--sweep-shapes",
+        default="",
+        help='--decode-sweep: JSON list of shapes instead of the default ones ("16x8K", '
+        '"seed-mix", [name, {"n": 64, "lo": 1024, "hi": 8192, "seed": 1}], [name, [lengths]])',
     )
     ap.add_argument("--config", default="{}", help="JSON kwargs for the launcher")
     ap.add_argument(
@@ -561,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.decode_sweep:
         sweep = json.loads(args.decode_sweep)
-        result["sweep"] = decode_sweep(sweep, copy_tbps, log, sdpa=args.sweep_sdpa)
+        shapes = json.loads(args.sweep_shapes) if args.sweep_shapes else None
+        result["sweep"] = decode_sweep(sweep, copy_tbps, log, sdpa=args.sweep_sdpa, shapes=shapes)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))
         return 0

@@ -79,7 +79,9 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
 # when a row max grew by > 2^8.
 # split_programs_per_sm (split classes, optional): programs per SM the split count aims at.
 # block_m ("tiles_wide" only): its tile rows; <= the plan's block_m turns the class off.
-LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale")
+# gluon: the class's tiles through kernels.gluon_prefill (Hopper, Gluon: P @ V of tile t-1 in
+# flight while tile t's softmax runs) where it can run, else the Triton kernel (session 7).
+LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale", "gluon")
 CLASS_KEYS = (*LAUNCH_KEYS, "split_programs_per_sm", "block_m")
 _BASE_LAUNCH: dict[str, Any] = {
     "block_n": 128,
@@ -87,6 +89,7 @@ _BASE_LAUNCH: dict[str, Any] = {
     "num_stages": 3,
     "warp_specialize": False,
     "lazy_rescale": False,
+    "gluon": False,
 }
 # The H200 sweep of 2026-11-30 09:16 UTC (kernels/README.md; measurements/
 # bench_prefill_s3_tune.json): lazy rescale won "tiles" (8K chunk 2.80 -> 2.75 ms) and "split";
@@ -440,6 +443,7 @@ class PrefillPlan:
     num_stages: int = 3
     warp_specialize: bool = False
     lazy_rescale: bool = False
+    gluon: bool = False
 
     @property
     def block_m(self) -> int:
@@ -670,6 +674,7 @@ def plan_prefill(
         num_stages=int(cfg["num_stages"]),
         warp_specialize=bool(cfg["warp_specialize"]),
         lazy_rescale=bool(cfg["lazy_rescale"]),
+        gluon=bool(cfg.get("gluon", False)),
     )
 
 
@@ -719,6 +724,7 @@ def prepare_prefill(
     num_stages: int | None = None,
     warp_specialize: bool | None = None,
     lazy_rescale: bool | None = None,
+    gluon: bool | None = None,
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
@@ -730,7 +736,7 @@ def prepare_prefill(
     Without `plan`, the work list is built from host copies of `cu_seqlens_q` and `seq_lens` (a
     device sync); a serving engine builds it once per step with `plan_prefill` and passes it
     (with check_bounds=False, which skips the validation scans that also sync). The launch
-    config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale) is the plan's unless
+    config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale, gluon) is the plan's unless
     given here. The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels
     (kernels.paged_decode.PreparedAttention).
     """
@@ -784,6 +790,7 @@ def prepare_prefill(
         num_stages=num_stages,
         warp_specialize=warp_specialize,
         lazy_rescale=lazy_rescale,
+        gluon=gluon,
     )
     given = {k: v for k, v in given.items() if v is not None}
     if plan is None:
@@ -860,8 +867,23 @@ def prepare_prefill(
         HEAD_DIM=head_dim,
         WRITE_LSE=lse_out is not None,
     )
+    kernel: Any = _paged_prefill_kernel
+    consts: dict[str, Any] = dict(
+        UPCAST_DOT=upcast,
+        WARP_SPECIALIZE=bool(cfg["warp_specialize"]),
+        LAZY_RESCALE=bool(cfg["lazy_rescale"]),
+        num_stages=int(cfg["num_stages"]),
+    )
+    if cfg.get("gluon") and not upcast:
+        from kernels import gluon_prefill
+
+        if gluon_prefill.available(q.device) and gluon_prefill.supports(
+            head_dim, plan.block_m, bn, q.dtype
+        ):
+            kernel = gluon_prefill.KERNEL
+            consts = dict(NUM_WARPS=int(cfg["num_warps"]))
     main = BoundLaunch(
-        _paged_prefill_kernel,
+        kernel,
         (plan.work.shape[0], num_kv_heads, 1),
         [
             q,
@@ -898,11 +920,8 @@ def prepare_prefill(
             BLOCK_N=bn,
             PAGE_SIZE=page_size,
             CAUSAL=causal,
-            UPCAST_DOT=upcast,
-            WARP_SPECIALIZE=bool(cfg["warp_specialize"]),
-            LAZY_RESCALE=bool(cfg["lazy_rescale"]),
             num_warps=int(cfg["num_warps"]),
-            num_stages=int(cfg["num_stages"]),
+            **consts,
             **meta,
         ),
         _SWAP_MAIN,

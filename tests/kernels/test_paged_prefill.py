@@ -345,3 +345,52 @@ def test_key_splits_may_take_several_waves():
     for new, ctx, kvh, group in ((16, 32768, 8, 8), (64, 32768, 8, 8), (256, 16384, 8, 4)):
         one = plan_prefill([new], [new + ctx], kvh, group, num_sms=132)
         assert one.work.shape[0] * kvh <= 132, (new, ctx)
+
+
+def _gluon_runs() -> bool:
+    from kernels import gluon_prefill
+
+    return gluon_prefill.available(DEVICE)
+
+
+def test_gluon_flag_falls_back_where_gluon_cannot_run():
+    # kernels/ imports without Gluon; on the CPU (interpreter) or a non-Hopper GPU the flag keeps
+    # the Triton kernel, so the answer is the reference's either way.
+    from kernels import gluon_prefill
+
+    assert not gluon_prefill.available("cpu")
+    if not _gluon_runs():
+        check(RAGGED_CTX, RAGGED_NEW, group=4, gluon=True)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the Gluon loop runs on Hopper GPUs only")
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("split", [None, 256])
+@pytest.mark.parametrize("group", [1, 4, 8])
+def test_gluon_tiles(group, split, block_n):
+    # 128-row tiles (the Gluon loop's shape) over ragged chunks and contexts, page edges,
+    # context 0, causal diagonals inside and across key tiles, split partials.
+    if not _gluon_runs():
+        pytest.skip("Gluon / sm_90 not available")
+    from kernels import gluon_prefill
+    from kernels.paged_prefill import prepare_prefill
+
+    ctx = [0, 15 * SCALE, 16 * SCALE + 1, 17, 0, 33 * SCALE]
+    new = [1, 300, 160, 1000, 77, 129]
+    check(ctx, new, group=group, tokens_per_split=split, block_n=block_n, gluon=True, seed=group)
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    q, kv, cu = make_prefill_batch(ctx, new, 2, group, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+    prep = prepare_prefill(
+        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, block_n=block_n, gluon=True
+    )
+    assert prep.launches[0].kernel is gluon_prefill.KERNEL
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the Gluon loop runs on Hopper GPUs only")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gluon_dtypes_and_scale(dtype):
+    if not _gluon_runs():
+        pytest.skip("Gluon / sm_90 not available")
+    check([7 * SCALE, 0, 4096], [300, 230, 2048], num_kv_heads=1, group=8, dtype=dtype,
+          gluon=True)  # fmt: skip
+    check([7 * SCALE, 0], [300, 230], group=8, sm_scale=1.5, gluon=True)

@@ -1,0 +1,312 @@
+"""The paged prefill kernel's "tiles" loop in Gluon (Triton's explicit-layout dialect), Hopper only.
+
+Why (kernels/README.md, session 6): stock Triton 3.6 keeps a wgmma in flight only when its result
+is a loop-carried accumulator, so per 128 x 128 key tile the Triton kernel runs Q @ K^T, then the
+softmax (16,384 exp2 on the MUFU unit), then P @ V, one after the other: ~60% of the matmul rate.
+Here the loop is written out (FlashAttention-3's intra-warpgroup pipelining): tile t's Q @ K^T
+and tile t-1's P @ V are issued together as asynchronous wgmmas, the softmax of tile t runs on
+the CUDA cores while P @ V(t-1) runs on the tensor cores, and the output is rescaled after it.
+K and V tiles are gathered page by page with cp.async (pointer tensors, as the Triton kernel's
+loads) into two shared-memory buffers each, one tile of lead: group G_t = {K(t+1), V(t)} is
+issued at the top of iteration t (after the barrier that retires iteration t-1's readers of
+those buffers) and waited for at the top of iteration t+1.
+
+Same arguments and work list as `kernels.paged_prefill._paged_prefill_kernel` (a program = one
+work item x one KV head; partials when the item is a split), for tiles of 128 rows (BLOCK_Q x
+GROUP_P), head_dim 64-256 (a power of two), bf16 / fp16, on sm_90. `available(device)` says
+whether it can run; the launcher falls back to the Triton kernel otherwise (the CPU
+interpreter cannot run Gluon).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+try:  # Gluon: Triton >= 3.5 (the device has 3.6); kernels/ must import without it
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        async_copy,
+        fence_async_shared,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    HAVE_GLUON = True
+except Exception:  # pragma: no cover - depends on the installed Triton
+    HAVE_GLUON = False
+
+
+def available(device: torch.device | str) -> bool:
+    """Gluon is importable and `device` is a CUDA device of compute capability 9.x."""
+    if not HAVE_GLUON:
+        return False
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(dev)[0] == 9
+
+
+def supports(head_dim: int, block_m: int, block_n: int, dtype: torch.dtype) -> bool:
+    """Shapes the Gluon loop is written for."""
+    return (
+        dtype in (torch.bfloat16, torch.float16)
+        and block_m == 128
+        and block_n in (64, 128)
+        and head_dim in (64, 128, 256)
+    )
+
+
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _issue_kv(
+        k_dst,
+        v_dst,
+        k_head_ptr,
+        v_head_ptr,
+        table_ptr,
+        k_tok0,
+        v_tok0,
+        kv_end,
+        stride_kp,
+        stride_kt,
+        stride_vp,
+        stride_vt,
+        BLOCK_N: gl.constexpr,
+        HEAD_DIM: gl.constexpr,
+        PAGE_SIZE: gl.constexpr,
+        ld_layout: gl.constexpr,
+    ):
+        """cp.async the K tile at k_tok0 and the V tile at v_tok0 (rows past kv_end zero-filled,
+        their table entries not read) and commit them as one group."""
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld_layout))
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
+        kt = k_tok0 + offs_n
+        k_ok = kt < kv_end
+        k_page = gl.load(table_ptr + kt // PAGE_SIZE, mask=k_ok, other=0).to(gl.int64)
+        k_rows = k_page * stride_kp + (kt % PAGE_SIZE) * stride_kt
+        async_copy.async_copy_global_to_shared(
+            k_dst,
+            k_head_ptr + k_rows[:, None] + offs_d[None, :],
+            mask=k_ok[:, None],
+        )
+        vt = v_tok0 + offs_n
+        v_ok = (vt < kv_end) & (vt >= 0)
+        v_page = gl.load(table_ptr + vt // PAGE_SIZE, mask=v_ok, other=0).to(gl.int64)
+        v_rows = v_page * stride_vp + (vt % PAGE_SIZE) * stride_vt
+        async_copy.async_copy_global_to_shared(
+            v_dst,
+            v_head_ptr + v_rows[:, None] + offs_d[None, :],
+            mask=v_ok[:, None],
+        )
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _gluon_prefill_kernel(
+        q_ptr,
+        k_cache_ptr,
+        v_cache_ptr,
+        block_tables_ptr,
+        seq_lens_ptr,
+        cu_q_ptr,
+        work_ptr,
+        out_ptr,
+        lse_ptr,
+        part_out_ptr,
+        part_lse_ptr,
+        qk_scale,
+        stride_qt,
+        stride_qh,
+        stride_kp,
+        stride_kh,
+        stride_kt,
+        stride_vp,
+        stride_vh,
+        stride_vt,
+        stride_btb,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        stride_pos,
+        stride_poh,
+        stride_pls,
+        stride_plh,
+        GROUP: gl.constexpr,
+        GROUP_P: gl.constexpr,
+        BLOCK_Q: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        HEAD_DIM: gl.constexpr,
+        PAGE_SIZE: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        WRITE_LSE: gl.constexpr,
+        NUM_WARPS: gl.constexpr,
+    ):
+        BLOCK_M: gl.constexpr = BLOCK_Q * GROUP_P
+        dtype: gl.constexpr = q_ptr.dtype.element_ty
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, HEAD_DIM, 16]
+        )
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        VEC: gl.constexpr = 8  # 16-byte copies
+        TPW_D: gl.constexpr = HEAD_DIM // VEC if HEAD_DIM // VEC < 32 else 32
+        ld_layout: gl.constexpr = gl.BlockedLayout(
+            size_per_thread=[1, VEC],
+            threads_per_warp=[32 // TPW_D, TPW_D],
+            warps_per_cta=[NUM_WARPS, 1],
+            order=[1, 0],
+        )
+        smem_layout: gl.constexpr = gl.NVMMASharedLayout(
+            swizzle_byte_width=128, element_bitwidth=16, rank=2
+        )
+        s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+        s_cols: gl.constexpr = gl.SliceLayout(0, s_layout)
+        o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+        o_cols: gl.constexpr = gl.SliceLayout(0, o_layout)
+
+        pid_w = gl.program_id(0)
+        kv_head = gl.program_id(1)
+        w = work_ptr + pid_w * 5
+        req = gl.load(w)
+        q_start = gl.load(w + 1)
+        kv_start = gl.load(w + 2)
+        kv_end = gl.load(w + 3)
+        slot = gl.load(w + 4)
+        q_begin = gl.load(cu_q_ptr + req)
+        n_new = gl.load(cu_q_ptr + req + 1) - q_begin
+        seq_len = gl.load(seq_lens_ptr + req)
+        ctx = seq_len - n_new
+
+        k_head_ptr = k_cache_ptr + kv_head * stride_kh
+        v_head_ptr = v_cache_ptr + kv_head * stride_vh
+        table_ptr = block_tables_ptr + req * stride_btb
+
+        k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], smem_layout)
+        v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], smem_layout)
+        # G_{-1} = {K(0)} (its V slot: tile -1, all rows masked off).
+        _issue_kv(
+            k_smem.index(0), v_smem.index(1), k_head_ptr, v_head_ptr, table_ptr,
+            kv_start, kv_start - BLOCK_N, kv_end, stride_kp, stride_kt, stride_vp, stride_vt,
+            BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
+        )  # fmt: skip
+
+        # Q tile: rows = BLOCK_Q tokens x GROUP_P heads (row r: token r // GROUP_P).
+        lm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld_layout))
+        ld = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
+        q_tok = q_start + lm // GROUP_P
+        q_ok = (q_tok < n_new) & ((lm % GROUP_P) < GROUP)
+        q_rows = (q_begin + q_tok).to(gl.int64) * stride_qt + (
+            kv_head * GROUP + lm % GROUP_P
+        ) * stride_qh
+        q = gl.load(q_ptr + q_rows[:, None] + ld[None, :], mask=q_ok[:, None], other=0.0)
+        q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], smem_layout, q)
+
+        offs_m = gl.arange(0, BLOCK_M, layout=s_rows)
+        pos = ctx + q_start + offs_m // GROUP_P  # each row sees keys <= pos
+        offs_n = gl.arange(0, BLOCK_N, layout=s_cols)
+        # Tiles from free_end on need the per-row mask (range edge, causal diagonal).
+        free_end = gl.minimum(kv_end, ctx + q_start + 1) if CAUSAL else kv_end
+        free_end = kv_start + ((free_end - kv_start) // BLOCK_N) * BLOCK_N
+        n_tiles = (kv_end - kv_start + BLOCK_N - 1) // BLOCK_N
+
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=s_rows)
+        l_i = gl.zeros([BLOCK_M], gl.float32, layout=s_rows)
+        acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
+        s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+
+        # Tile 0: Q @ K(0)^T, softmax; no P @ V yet.
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        fence_async_shared()
+        _issue_kv(
+            k_smem.index(1), v_smem.index(0), k_head_ptr, v_head_ptr, table_ptr,
+            kv_start + BLOCK_N, kv_start, kv_end, stride_kp, stride_kt, stride_vp, stride_vt,
+            BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
+        )  # fmt: skip
+        s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+        if kv_start + BLOCK_N > free_end:
+            t_ = kv_start + offs_n
+            vis = t_[None, :] < kv_end
+            if CAUSAL:
+                vis = vis & (t_[None, :] <= pos[:, None])
+            s = gl.where(vis, s, float("-inf"))
+        m_i = gl.max(s, axis=1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+        l_i = gl.sum(p, axis=1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        for t in range(1, n_tiles):
+            tok0 = kv_start + t * BLOCK_N
+            # G_{t-1} = {K(t), V(t-1)} landed (own copies; the barrier: everyone's, and every
+            # reader of K(t-1) and V(t-2) retired), then G_t = {K(t+1), V(t)}.
+            async_copy.wait_group(0)
+            gl.thread_barrier()
+            fence_async_shared()
+            _issue_kv(
+                k_smem.index((t + 1) % 2), v_smem.index(t % 2), k_head_ptr, v_head_ptr,
+                table_ptr, tok0 + BLOCK_N, tok0, kv_end, stride_kp, stride_kt, stride_vp,
+                stride_vt, BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
+            )  # fmt: skip
+            s_tok = warpgroup_mma(
+                q_smem, k_smem.index(t % 2).permute((1, 0)), s_zero, use_acc=False, is_async=True
+            )
+            acc_tok = warpgroup_mma(p_op, v_smem.index((t + 1) % 2), acc, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=[s_tok])
+            # The softmax of tile t runs while P @ V(t-1) is on the tensor cores.
+            if tok0 + BLOCK_N > free_end:
+                t_ = tok0 + offs_n
+                vis = t_[None, :] < kv_end
+                if CAUSAL:
+                    vis = vis & (t_[None, :] <= pos[:, None])
+                s = gl.where(vis, s, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+            alpha = gl.exp2(m_i - m_new)
+            p = gl.exp2(s * qk_scale - m_new[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc_tok])
+            acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+
+        # The last tile's P @ V: V(n_tiles - 1) came with G_{n_tiles - 1}.
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        fence_async_shared()
+        acc = warpgroup_mma(p_op, v_smem.index((n_tiles + 1) % 2), acc)
+
+        l_o = gl.convert_layout(l_i, o_rows)
+        acc = acc / l_o[:, None]
+        lse2 = m_i + gl.log2(l_i)
+        om = gl.arange(0, BLOCK_M, layout=o_rows)
+        od = gl.arange(0, HEAD_DIM, layout=o_cols)
+        o_tok = q_start + om // GROUP_P
+        o_ok = (o_tok < n_new) & ((om % GROUP_P) < GROUP)
+        o_head = kv_head * GROUP + om % GROUP_P
+        l_tok = q_start + offs_m // GROUP_P
+        l_ok = (l_tok < n_new) & ((offs_m % GROUP_P) < GROUP)
+        l_head = kv_head * GROUP + offs_m % GROUP_P
+        if slot < 0:
+            o_off = (q_begin + o_tok).to(gl.int64) * stride_ot + o_head * stride_oh
+            gl.store(
+                out_ptr + o_off[:, None] + od[None, :],
+                acc.to(out_ptr.dtype.element_ty),
+                mask=o_ok[:, None],
+            )
+            if WRITE_LSE:
+                l_off = (q_begin + l_tok).to(gl.int64) * stride_lt + l_head * stride_lh
+                gl.store(lse_ptr + l_off, lse2 * 0.6931471805599453, mask=l_ok)
+        else:
+            po = part_out_ptr + slot.to(gl.int64) * stride_pos + kv_head * stride_poh
+            gl.store(po + om[:, None] * HEAD_DIM + od[None, :], acc, mask=o_ok[:, None])
+            pl = part_lse_ptr + slot.to(gl.int64) * stride_pls + kv_head * stride_plh
+            gl.store(pl + offs_m, lse2, mask=l_ok)
+
+    KERNEL: Any = _gluon_prefill_kernel
+else:  # pragma: no cover
+    KERNEL = None
