@@ -344,6 +344,58 @@ def _decode_layer_ms(q, k, v, table: np.ndarray, lens: np.ndarray) -> float:
     return bench_ms(lambda: paged_decode_attention(q, k, v, t, seq_lens, check_bounds=False, **kw))
 
 
+def _prefill_layer_ms(shape, k, v, chunks: list[tuple[int, int]], rng) -> float:
+    """ms of one paged prefill launch (kernels.paged_prefill, planned as the engine plans a
+    step's chunks: plan_prefill's defaults) over `chunks` ((new tokens, cached context) per
+    request, each on random pool pages), timed as the calibration times its prefill table
+    (kernels.bench.bench_ms)."""
+    from kernels.bench import bench_ms
+    from kernels.paged_prefill import paged_prefill_attention, plan_prefill
+
+    new = [n for n, _ in chunks]
+    lens = [n + c for n, c in chunks]
+    pages = [-(-n // PAGE) for n in lens]
+    perm = rng.permutation(k.shape[0])[: sum(pages)]
+    table = np.zeros((len(chunks), max(pages)), dtype=np.int32)
+    for row, start, count in zip(table, np.cumsum([0, *pages[:-1]]), pages, strict=True):
+        row[:count] = perm[start : start + count]
+    dev = k.device
+    group = shape.num_q_heads // shape.num_kv_heads
+    plan = plan_prefill(new, lens, shape.num_kv_heads, group, device=dev)
+    q = torch.randn(sum(new), shape.num_q_heads, shape.head_dim, device=dev, dtype=k.dtype)
+    args = (
+        q,
+        k,
+        v,
+        torch.from_numpy(table).to(dev),
+        torch.tensor(lens, dtype=torch.int32, device=dev),
+        torch.tensor(np.cumsum([0, *new]), dtype=torch.int32, device=dev),
+    )
+    out = torch.empty_like(q)
+    paged_prefill_attention(*args, out=out, plan=plan)  # validates once
+    return bench_ms(lambda: paged_prefill_attention(*args, out=out, plan=plan, check_bounds=False))
+
+
+def prefill_batches(shape, device, steps: list[list[list[int]]], pool_pages=49490) -> list[dict]:
+    """One layer's paged prefill attention for a step's chunks in one launch (as the engine runs
+    them) and each chunk alone (as the calibration's prefill table is measured and the
+    simulator prices a step: the sum over its chunks). `steps`: per step, [new, context] per
+    chunk. ms per call."""
+    k, v = _kv_pool(shape, pool_pages, device)
+    rng = np.random.default_rng(9)
+    alone: dict[tuple[int, int], float] = {}
+    out = []
+    for step in steps:
+        chunks = [(int(n), int(c)) for n, c in step]
+        batched = _prefill_layer_ms(shape, k, v, chunks, rng)
+        for chunk in chunks:
+            if chunk not in alone:
+                alone[chunk] = _prefill_layer_ms(shape, k, v, [chunk], rng)
+        out.append({"chunks": [list(c) for c in chunks], "batched_ms": batched,
+                    "alone_ms": [alone[c] for c in chunks]})  # fmt: skip
+    return out
+
+
 def ragged_lengths(rng, batch: int, mean: int, sigma: float) -> np.ndarray:
     """`batch` context lengths of about `mean` tokens on average, lognormal with `sigma` (0:
     all equal), clipped to 16-65,536 tokens."""
@@ -533,6 +585,7 @@ PARTS = (
     "decode_ragged",
     "decode_served",
     "decode_step_served",
+    "prefill_batches",
 )
 SHARED_PREFIXES = (512, 1024, 2048, 4096, 8192)
 SHARED_BATCHES = (8, 16, 32, 64, 128, 256)
@@ -663,6 +716,13 @@ def main() -> None:
                     result[run_name] = decode_step_served(
                         SHAPES[args.shape], w, device, steps, args.pool_pages
                     )
+        if args.only == "prefill_batches":  # per shard: {"steps": [[[new, ctx], ...], ...]}
+            with open(args.layouts) as f:
+                served = json.load(f)
+            for shard, (model, tp) in SHARED_SHARDS.items():
+                if shard in served:
+                    heads = attention_shard(model, tp)
+                    result[shard] = prefill_batches(heads, device, served[shard]["steps"])
         if args.only == "decode_ragged":
             for shard, (model, tp) in SHARED_SHARDS.items():
                 result[shard] = decode_ragged(

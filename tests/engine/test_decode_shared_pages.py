@@ -139,3 +139,30 @@ def test_fit_counts_shared_reads_as_the_simulator_does():
     rows = [[5, 6, 7, 8], [5, 6, 7, 9], [5, 6, 11], [3, 4]]
     items = [(SimpleNamespace(pages=r), 1, False) for r in rows]
     assert fit.reread_tokens(rows) == shared_reads(items, 16) == (2 * 2) * 16
+
+
+def test_prefill_batches_time_each_step_in_one_launch_and_each_chunk_alone():
+    from engine.check import prefill_batches
+
+    heads = attention_shard("llama-3-8b", 8)
+    steps = [[[5, 20], [3, 0], [5, 20]], [[17, 40]]]
+    out = prefill_batches(heads, "cpu", steps, pool_pages=64)
+    assert [r["chunks"] for r in out] == steps
+    assert [len(r["alone_ms"]) for r in out] == [3, 1]
+    assert out[0]["alone_ms"][0] == out[0]["alone_ms"][2]  # a chunk shape is timed alone once
+    assert all(r["batched_ms"] > 0 and min(r["alone_ms"]) > 0 for r in out)
+
+
+def test_prefill_batch_layouts_read_the_served_chunks():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine" / "runs"))
+    from prefill_batches import GRID_CHUNKS, GRID_CTX, GRID_NEW, layouts, step_chunks
+
+    assert step_chunks("512@1664;2176@0") == [[512, 1664], [2176, 0]]
+    out = layouts()
+    grid = len(GRID_CHUNKS) * len(GRID_NEW) * len(GRID_CTX)
+    for shard in out.values():
+        assert len(shard["steps"]) == grid + sum(shard["served_from"].values())
+        assert all(n > 0 and c >= 0 for step in shard["steps"] for n, c in step)
