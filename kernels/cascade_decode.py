@@ -252,7 +252,10 @@ def cascade_decode_attention(
         )
     batch, num_q_heads, head_dim = q.shape
     pcfg = {**DEFAULT_PREFIX_CONFIG, **(prefix_config or {})}
-    dcfg = {**DEFAULT_CONFIG, **(decode_config or {})}
+    # The decode defaults, but num_stages left to the launcher (one tail: the single-sequence
+    # rule's pipeline depth) unless given.
+    dcfg = {k: v for k, v in DEFAULT_CONFIG.items() if k != "num_stages"}
+    dcfg.update(decode_config or {})
     scale = (1.0 / math.sqrt(head_dim)) if sm_scale is None else float(sm_scale)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)

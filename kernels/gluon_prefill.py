@@ -30,6 +30,7 @@ try:  # Gluon: Triton >= 3.5 (the device has 3.6); kernels/ must import without 
     from triton.experimental.gluon.language.nvidia.hopper import (
         async_copy,
         fence_async_shared,
+        mbarrier,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
@@ -50,7 +51,7 @@ def available(device: torch.device | str) -> bool:
 
 
 def supports(head_dim: int, block_m: int, block_n: int, dtype: torch.dtype) -> bool:
-    """Shapes the Gluon loop is written for."""
+    """Shapes the Gluon loops are written for."""
     return (
         dtype in (torch.bfloat16, torch.float16)
         and block_m == 128
@@ -59,50 +60,78 @@ def supports(head_dim: int, block_m: int, block_n: int, dtype: torch.dtype) -> b
     )
 
 
+SMEM_BYTES = 232_448  # sm_90: shared memory one block may use
+WS_CONSUMER_REGS = 224  # setmaxnreg of the second consumer (the first gets what is left)
+WS_PRODUCER_REGS = 64
+WS_PRODUCER_WARPS = 4  # setmaxnreg works per warpgroup
+
+
+def ws_stages(head_dim: int, block_n: int) -> int:
+    """K/V stages of the warp-specialised loop that fit next to Q (>= 3: the copy partition
+    marks a tile ready one tile late, and a stage is released after its P @ V)."""
+    stage = 2 * block_n * head_dim * 2
+    return min(4, (SMEM_BYTES - 128 * head_dim * 2 - 4 * block_n - 1024) // stage)
+
+
+def choose(
+    variant: int,
+    device: torch.device | str,
+    head_dim: int,
+    block_m: int,
+    block_n: int,
+    dtype: torch.dtype,
+) -> tuple[Any, dict[str, int]] | None:
+    """(kernel, its launch constants) of Gluon variant 1 or 2 for these shapes, or None when
+    the Triton kernel must run (no Gluon / no sm_90 / a shape the loops are not written for)."""
+    if variant not in (1, 2) or not available(device):
+        return None
+    if not supports(head_dim, block_m, block_n, dtype):
+        return None
+    if variant == 1:
+        return KERNEL, {"NUM_WARPS": 8, "num_warps": 8}
+    ns = ws_stages(head_dim, block_n)
+    if ns < 3:
+        return None
+    return WS_KERNEL, {
+        "NUM_WARPS": 4,
+        "num_warps": 4,
+        "NS": ns,
+        "P_WARPS": WS_PRODUCER_WARPS,
+        "C_REGS": WS_CONSUMER_REGS,
+        "P_REGS": WS_PRODUCER_REGS,
+    }
+
+
 if HAVE_GLUON:
 
     @gluon.jit
-    def _issue_kv(
-        k_dst,
-        v_dst,
-        k_head_ptr,
-        v_head_ptr,
+    def _pages(
         table_ptr,
-        k_tok0,
-        v_tok0,
+        tok0,
         kv_end,
-        stride_kp,
-        stride_kt,
-        stride_vp,
-        stride_vt,
         BLOCK_N: gl.constexpr,
-        HEAD_DIM: gl.constexpr,
         PAGE_SIZE: gl.constexpr,
-        ld_layout: gl.constexpr,
+        layout: gl.constexpr,
     ):
-        """cp.async the K tile at k_tok0 and the V tile at v_tok0 (rows past kv_end zero-filled,
-        their table entries not read) and commit them as one group."""
-        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld_layout))
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld_layout))
-        kt = k_tok0 + offs_n
-        k_ok = kt < kv_end
-        k_page = gl.load(table_ptr + kt // PAGE_SIZE, mask=k_ok, other=0).to(gl.int64)
-        k_rows = k_page * stride_kp + (kt % PAGE_SIZE) * stride_kt
+        """The page of every key row of the tile at tok0 (0 past kv_end or before 0)."""
+        t = tok0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+        ok = (t < kv_end) & (t >= 0)
+        return gl.load(table_ptr + t // PAGE_SIZE, mask=ok, other=0)
+
+    @gluon.jit
+    def _copy_tile(
+        dst, head_ptr, page, tok0, kv_end, stride_p, stride_t,
+        BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+        layout: gl.constexpr,
+    ):  # fmt: skip
+        """cp.async the tile at tok0 (pages given) into dst; rows outside [0, kv_end) zero-filled."""
+        t = tok0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+        ok = (t < kv_end) & (t >= 0)
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+        rows = page.to(gl.int64) * stride_p + (t % PAGE_SIZE) * stride_t
         async_copy.async_copy_global_to_shared(
-            k_dst,
-            k_head_ptr + k_rows[:, None] + offs_d[None, :],
-            mask=k_ok[:, None],
+            dst, head_ptr + rows[:, None] + offs_d[None, :], mask=ok[:, None]
         )
-        vt = v_tok0 + offs_n
-        v_ok = (vt < kv_end) & (vt >= 0)
-        v_page = gl.load(table_ptr + vt // PAGE_SIZE, mask=v_ok, other=0).to(gl.int64)
-        v_rows = v_page * stride_vp + (vt % PAGE_SIZE) * stride_vt
-        async_copy.async_copy_global_to_shared(
-            v_dst,
-            v_head_ptr + v_rows[:, None] + offs_d[None, :],
-            mask=v_ok[:, None],
-        )
-        async_copy.commit_group()
 
     @gluon.jit
     def _gluon_prefill_kernel(
@@ -189,12 +218,16 @@ if HAVE_GLUON:
 
         k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], smem_layout)
         v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], smem_layout)
-        # G_{-1} = {K(0)} (its V slot: tile -1, all rows masked off).
-        _issue_kv(
-            k_smem.index(0), v_smem.index(1), k_head_ptr, v_head_ptr, table_ptr,
-            kv_start, kv_start - BLOCK_N, kv_end, stride_kp, stride_kt, stride_vp, stride_vt,
+        # Page ids one tile ahead of their copies (the table load's latency off the loop's
+        # path): pg_v = tile t's pages (its V copy), pg_k = tile t + 1's (its K copy).
+        pg_v = _pages(table_ptr, kv_start, kv_end, BLOCK_N, PAGE_SIZE, ld_layout)
+        pg_k = _pages(table_ptr, kv_start + BLOCK_N, kv_end, BLOCK_N, PAGE_SIZE, ld_layout)
+        # G_{-1} = {K(0)}.
+        _copy_tile(
+            k_smem.index(0), k_head_ptr, pg_v, kv_start, kv_end, stride_kp, stride_kt,
             BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
         )  # fmt: skip
+        async_copy.commit_group()
 
         # Q tile: rows = BLOCK_Q tokens x GROUP_P heads (row r: token r // GROUP_P).
         lm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld_layout))
@@ -220,16 +253,25 @@ if HAVE_GLUON:
         acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
 
-        # Tile 0: Q @ K(0)^T, softmax; no P @ V yet.
+        # Tile 0: Q @ K(0)^T, softmax; no P @ V yet. G_0 = {K(1), V(0)}.
         async_copy.wait_group(0)
         gl.thread_barrier()
         fence_async_shared()
-        _issue_kv(
-            k_smem.index(1), v_smem.index(0), k_head_ptr, v_head_ptr, table_ptr,
-            kv_start + BLOCK_N, kv_start, kv_end, stride_kp, stride_kt, stride_vp, stride_vt,
+        s_tok = warpgroup_mma(
+            q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True
+        )
+        _copy_tile(
+            k_smem.index(1), k_head_ptr, pg_k, kv_start + BLOCK_N, kv_end, stride_kp, stride_kt,
             BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
         )  # fmt: skip
-        s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+        _copy_tile(
+            v_smem.index(0), v_head_ptr, pg_v, kv_start, kv_end, stride_vp, stride_vt,
+            BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
+        )  # fmt: skip
+        async_copy.commit_group()
+        pg_v = pg_k
+        pg_k = _pages(table_ptr, kv_start + 2 * BLOCK_N, kv_end, BLOCK_N, PAGE_SIZE, ld_layout)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=[s_tok])
         if kv_start + BLOCK_N > free_end:
             t_ = kv_start + offs_n
             vis = t_[None, :] < kv_end
@@ -248,15 +290,22 @@ if HAVE_GLUON:
             async_copy.wait_group(0)
             gl.thread_barrier()
             fence_async_shared()
-            _issue_kv(
-                k_smem.index((t + 1) % 2), v_smem.index(t % 2), k_head_ptr, v_head_ptr,
-                table_ptr, tok0 + BLOCK_N, tok0, kv_end, stride_kp, stride_kt, stride_vp,
-                stride_vt, BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
-            )  # fmt: skip
             s_tok = warpgroup_mma(
                 q_smem, k_smem.index(t % 2).permute((1, 0)), s_zero, use_acc=False, is_async=True
             )
             acc_tok = warpgroup_mma(p_op, v_smem.index((t + 1) % 2), acc, is_async=True)
+            # The copies are issued while both products run (other buffers).
+            _copy_tile(
+                k_smem.index((t + 1) % 2), k_head_ptr, pg_k, tok0 + BLOCK_N, kv_end, stride_kp,
+                stride_kt, BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
+            )  # fmt: skip
+            _copy_tile(
+                v_smem.index(t % 2), v_head_ptr, pg_v, tok0, kv_end, stride_vp, stride_vt,
+                BLOCK_N, HEAD_DIM, PAGE_SIZE, ld_layout,
+            )  # fmt: skip
+            async_copy.commit_group()
+            pg_v = pg_k
+            pg_k = _pages(table_ptr, tok0 + 2 * BLOCK_N, kv_end, BLOCK_N, PAGE_SIZE, ld_layout)
             s = warpgroup_mma_wait(num_outstanding=1, deps=[s_tok])
             # The softmax of tile t runs while P @ V(t-1) is on the tensor cores.
             if tok0 + BLOCK_N > free_end:
@@ -307,6 +356,263 @@ if HAVE_GLUON:
             pl = part_lse_ptr + slot.to(gl.int64) * stride_pls + kv_head * stride_plh
             gl.store(pl + offs_m, lse2, mask=l_ok)
 
+    # ---- gluon = 2: warp-specialised (two consumer warpgroups of 64 rows, one copy partition) ----
+
+    @gluon.jit
+    def _ws_producer(
+        k_head_ptr, v_head_ptr, table_ptr, kv_start, kv_end, n_tiles,
+        stride_kp, stride_kt, stride_vp, stride_vt,
+        k_smem, v_smem, pg_smem, ready, empty,
+        BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+        NS: gl.constexpr, P_WARPS: gl.constexpr,
+    ):  # fmt: skip
+        """Gathers tile t's K and V (16-row chunks, cp.async) into stage t % NS once both
+        consumers released it; tile t - 1 is marked ready when its copies landed."""
+        CH: gl.constexpr = 16
+        TPW_D: gl.constexpr = HEAD_DIM // 8 if HEAD_DIM // 8 < 32 else 32
+        ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_D, TPW_D], [P_WARPS, 1], [1, 0])
+        pl: gl.constexpr = gl.BlockedLayout([1], [32], [P_WARPS], [0])
+        offs_c = gl.arange(0, CH, layout=gl.SliceLayout(1, ld))
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
+        offs_p = gl.arange(0, BLOCK_N, layout=pl)
+        t0 = kv_start + offs_p
+        pg_smem.store(gl.load(table_ptr + t0 // PAGE_SIZE, mask=t0 < kv_end, other=0))
+        for t in range(n_tiles):
+            st = t % NS
+            tok0 = kv_start + t * BLOCK_N
+            tn = tok0 + BLOCK_N + offs_p  # the next tile's page ids: loaded under the copies
+            pg_next = gl.load(table_ptr + tn // PAGE_SIZE, mask=tn < kv_end, other=0)
+            mbarrier.wait(empty.index(st), ((t // NS) & 1) ^ 1)
+            gl.thread_barrier()
+            for c in gl.static_range(BLOCK_N // CH):
+                tt = tok0 + c * CH + offs_c
+                ok = tt < kv_end
+                page = pg_smem.slice(c * CH, CH).load(gl.SliceLayout(1, ld)).to(gl.int64)
+                krow = page * stride_kp + (tt % PAGE_SIZE) * stride_kt
+                async_copy.async_copy_global_to_shared(
+                    k_smem.index(st).slice(c * CH, CH),
+                    k_head_ptr + krow[:, None] + offs_d[None, :],
+                    mask=ok[:, None],
+                )
+                vrow = page * stride_vp + (tt % PAGE_SIZE) * stride_vt
+                async_copy.async_copy_global_to_shared(
+                    v_smem.index(st).slice(c * CH, CH),
+                    v_head_ptr + vrow[:, None] + offs_d[None, :],
+                    mask=ok[:, None],
+                )
+            async_copy.commit_group()
+            gl.thread_barrier()  # every thread read this tile's page ids
+            pg_smem.store(pg_next)
+            if t > 0:
+                async_copy.wait_group(1)
+                gl.thread_barrier()
+                fence_async_shared()
+                mbarrier.arrive(ready.index((t - 1) % NS))
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        fence_async_shared()
+        mbarrier.arrive(ready.index((n_tiles - 1) % NS))
+
+    @gluon.jit
+    def _ws_softmax_tile(
+        s, m_i, tok0, free_end, kv_end, pos, offs_n, qk_scale, CAUSAL: gl.constexpr
+    ):
+        if tok0 + s.shape[1] > free_end:
+            t_ = tok0 + offs_n
+            vis = t_[None, :] < kv_end
+            if CAUSAL:
+                vis = vis & (t_[None, :] <= pos[:, None])
+            s = gl.where(vis, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+        return p, m_new
+
+    @gluon.jit
+    def _ws_consumer(
+        q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+        q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
+        stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
+        stride_pos, stride_poh, stride_pls, stride_plh,
+        q_smem, k_smem, v_smem, ready, empty,
+        GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_N: gl.constexpr,
+        HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr,
+        NS: gl.constexpr, C: gl.constexpr,
+    ):  # fmt: skip
+        """Rows [64 C, 64 C + 64) of the tile: Q @ K(t)^T and P(t-1) @ V(t-1) in flight
+        together, the softmax of tile t under the latter; a stage is released when its P @ V
+        retired."""
+        ROWS: gl.constexpr = 64
+        dtype: gl.constexpr = q_ptr.dtype.element_ty
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+        )
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        TPW_D: gl.constexpr = HEAD_DIM // 8 if HEAD_DIM // 8 < 32 else 32
+        ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_D, TPW_D], [4, 1], [1, 0])
+        s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+        o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+        lm = C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ld))
+        ld_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
+        q_tok = q_start + lm // GROUP_P
+        q_ok = (q_tok < n_new) & ((lm % GROUP_P) < GROUP)
+        q_rows = (q_begin + q_tok).to(gl.int64) * stride_qt + (
+            kv_head * GROUP + lm % GROUP_P
+        ) * stride_qh
+        q = gl.load(q_ptr + q_rows[:, None] + ld_d[None, :], mask=q_ok[:, None], other=0.0)
+        qs = q_smem.index(C)
+        qs.store(q)
+        gl.thread_barrier()
+        fence_async_shared()
+
+        offs_m = C * ROWS + gl.arange(0, ROWS, layout=s_rows)
+        pos = ctx + q_start + offs_m // GROUP_P
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        free_end = gl.minimum(kv_end, ctx + q_start + 1) if CAUSAL else kv_end
+        free_end = kv_start + ((free_end - kv_start) // BLOCK_N) * BLOCK_N
+        s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=s_rows)
+
+        mbarrier.wait(ready.index(0), 0)
+        s = warpgroup_mma(qs, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+        p, m_i = _ws_softmax_tile(s, m_i, kv_start, free_end, kv_end, pos, offs_n, qk_scale, CAUSAL)
+        l_i = gl.sum(p, axis=1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        for t in range(1, n_tiles):
+            st = t % NS
+            pst = (t - 1) % NS
+            mbarrier.wait(ready.index(st), (t // NS) & 1)
+            s_tok = warpgroup_mma(
+                qs, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True
+            )
+            acc_tok = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=[s_tok])
+            p, m_new = _ws_softmax_tile(
+                s, m_i, kv_start + t * BLOCK_N, free_end, kv_end, pos, offs_n, qk_scale, CAUSAL
+            )
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc_tok])
+            mbarrier.arrive(empty.index(pst))
+            acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+        acc = warpgroup_mma(p_op, v_smem.index((n_tiles - 1) % NS), acc)
+
+        acc = acc / gl.convert_layout(l_i, o_rows)[:, None]
+        lse2 = m_i + gl.log2(l_i)
+        om = C * ROWS + gl.arange(0, ROWS, layout=o_rows)
+        od = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        o_tok = q_start + om // GROUP_P
+        o_ok = (o_tok < n_new) & ((om % GROUP_P) < GROUP)
+        o_head = kv_head * GROUP + om % GROUP_P
+        l_tok = q_start + offs_m // GROUP_P
+        l_ok = (l_tok < n_new) & ((offs_m % GROUP_P) < GROUP)
+        l_head = kv_head * GROUP + offs_m % GROUP_P
+        if slot < 0:
+            o_off = (q_begin + o_tok).to(gl.int64) * stride_ot + o_head * stride_oh
+            gl.store(
+                out_ptr + o_off[:, None] + od[None, :],
+                acc.to(out_ptr.dtype.element_ty),
+                mask=o_ok[:, None],
+            )
+            if WRITE_LSE:
+                l_off = (q_begin + l_tok).to(gl.int64) * stride_lt + l_head * stride_lh
+                gl.store(lse_ptr + l_off, lse2 * 0.6931471805599453, mask=l_ok)
+        else:
+            po = part_out_ptr + slot.to(gl.int64) * stride_pos + kv_head * stride_poh
+            gl.store(po + om[:, None] * HEAD_DIM + od[None, :], acc, mask=o_ok[:, None])
+            pl = part_lse_ptr + slot.to(gl.int64) * stride_pls + kv_head * stride_plh
+            gl.store(pl + offs_m, lse2, mask=l_ok)
+
+    @gluon.jit
+    def _ws_prefill_kernel(
+        q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, cu_q_ptr, work_ptr,
+        out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+        stride_qt, stride_qh, stride_kp, stride_kh, stride_kt, stride_vp, stride_vh, stride_vt,
+        stride_btb, stride_ot, stride_oh, stride_lt, stride_lh,
+        stride_pos, stride_poh, stride_pls, stride_plh,
+        GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_Q: gl.constexpr,
+        BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+        CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, NUM_WARPS: gl.constexpr,
+        NS: gl.constexpr, P_WARPS: gl.constexpr, C_REGS: gl.constexpr, P_REGS: gl.constexpr,
+    ):  # fmt: skip
+        gl.static_assert(BLOCK_Q * GROUP_P == 128, "two consumer warpgroups of 64 rows")
+        dtype: gl.constexpr = q_ptr.dtype.element_ty
+        pid_w = gl.program_id(0)
+        kv_head = gl.program_id(1)
+        w = work_ptr + pid_w * 5
+        req = gl.load(w)
+        q_start = gl.load(w + 1)
+        kv_start = gl.load(w + 2)
+        kv_end = gl.load(w + 3)
+        slot = gl.load(w + 4)
+        q_begin = gl.load(cu_q_ptr + req)
+        n_new = gl.load(cu_q_ptr + req + 1) - q_begin
+        ctx = gl.load(seq_lens_ptr + req) - n_new
+        n_tiles = (kv_end - kv_start + BLOCK_N - 1) // BLOCK_N
+        k_head_ptr = k_cache_ptr + kv_head * stride_kh
+        v_head_ptr = v_cache_ptr + kv_head * stride_vh
+        table_ptr = block_tables_ptr + req * stride_btb
+
+        smem_layout: gl.constexpr = gl.NVMMASharedLayout(
+            swizzle_byte_width=128, element_bitwidth=16, rank=2
+        )
+        q_smem = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], smem_layout)
+        k_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, HEAD_DIM], smem_layout)
+        v_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, HEAD_DIM], smem_layout)
+        pg_smem = gl.allocate_shared_memory(
+            gl.int32, [BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0])
+        )
+        ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NS):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        gl.warp_specialize(
+            [
+                (
+                    _ws_consumer,
+                    (
+                        q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+                        q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
+                        stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
+                        stride_pos, stride_poh, stride_pls, stride_plh,
+                        q_smem, k_smem, v_smem, ready, empty,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 0,
+                    ),
+                ),
+                (
+                    _ws_consumer,
+                    (
+                        q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+                        q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
+                        stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
+                        stride_pos, stride_poh, stride_pls, stride_plh,
+                        q_smem, k_smem, v_smem, ready, empty,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 1,
+                    ),
+                ),
+                (
+                    _ws_producer,
+                    (
+                        k_head_ptr, v_head_ptr, table_ptr, kv_start, kv_end, n_tiles,
+                        stride_kp, stride_kt, stride_vp, stride_vt,
+                        k_smem, v_smem, pg_smem, ready, empty,
+                        BLOCK_N, HEAD_DIM, PAGE_SIZE, NS, P_WARPS,
+                    ),
+                ),
+            ],
+            [4, P_WARPS],
+            [C_REGS, P_REGS],
+        )  # fmt: skip
+
     KERNEL: Any = _gluon_prefill_kernel
+    WS_KERNEL: Any = _ws_prefill_kernel
 else:  # pragma: no cover
     KERNEL = None
+    WS_KERNEL = None

@@ -72,10 +72,16 @@ CAP_TO_MEAN = False
 # - One sequence alone has no ragged tail to keep short, so it is split for
 #   SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM (fewer, longer splits): 1 x 128K 0.1757 ->
 #   0.1442 ms; contexts up to 32K split the same either way (the 512-token floor).
+# Session 7 (H200 sweep of 2026-11-30 18:51 UTC, measurements/bench_decode_sweep_s7_call1.json):
+# one sequence at num_stages 5 (the K/V loads get two tiles of lead; 72 KB of shared memory a
+# program: at most 3 per SM) and at most 2 programs per SM (one wave at any length), ms vs 4 stages
+# and 4 per SM: 1 x 2K 0.0252 -> 0.0217, 8K 0.0301 -> 0.0238, 16K 0.0364 -> 0.0350, 32K 0.0544
+# -> 0.0529, 32K + 1 0.0558 -> 0.0539, 64K 0.0845 -> 0.0827, 128K 0.1439 -> 0.1428.
 REVERSE_SPLITS = False
 FUSED_COMBINE = True
 FUSED_COMBINE_MAX_SPLITS = 12
-SINGLE_SEQUENCE_PROGRAMS_PER_SM = 4
+SINGLE_SEQUENCE_PROGRAMS_PER_SM = 2
+SINGLE_SEQUENCE_NUM_STAGES = 5
 MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
@@ -722,7 +728,7 @@ def prepare_decode(
     check_bounds: bool = True,
     block_n: int = DEFAULT_CONFIG["block_n"],
     num_warps: int = DEFAULT_CONFIG["num_warps"],
-    num_stages: int = DEFAULT_CONFIG["num_stages"],
+    num_stages: int | None = None,
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
     min_split_tokens: int = MIN_SPLIT_TOKENS,
     cap_to_mean: bool = CAP_TO_MEAN,
@@ -740,7 +746,8 @@ def prepare_decode(
     `max_seq_len` and `total_tokens` are host-side facts a serving engine already knows; passing
     them avoids a device sync. `check_bounds=False` skips the page-table scan (also a sync) for
     callers, such as the bench, that validated the same tables once before timing.
-    `num_splits` forces the split count (tests use it to exercise both passes).
+    `num_splits` forces the split count (tests use it to exercise both passes). `num_stages`
+    None: SINGLE_SEQUENCE_NUM_STAGES for a batch of one sequence, else DEFAULT_CONFIG's.
     `out` may be float32; `lse_out` (float32 [batch, num_q_heads]), when given, receives each
     query head's natural-log sum-exp of its scaled scores (kernels.cascade_decode merges by it).
     The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels (PreparedAttention).
@@ -811,6 +818,10 @@ def prepare_decode(
 
     group = num_q_heads // num_kv_heads
     programs_per_seq = num_kv_heads if grouped else num_q_heads
+    if num_stages is None:
+        # One sequence: at most SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM, which the
+        # deeper pipeline's shared memory still fits in one wave.
+        num_stages = SINGLE_SEQUENCE_NUM_STAGES if batch == 1 else DEFAULT_CONFIG["num_stages"]
     if from_ptr:
         assert max_splits is not None
         num_splits, tokens_per_split = max_splits, 0  # the split length is read on the device

@@ -80,7 +80,8 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
 # split_programs_per_sm (split classes, optional): programs per SM the split count aims at.
 # block_m ("tiles_wide" only): its tile rows; <= the plan's block_m turns the class off.
 # gluon: the class's tiles through kernels.gluon_prefill (Hopper, Gluon: P @ V of tile t-1 in
-# flight while tile t's softmax runs) where it can run, else the Triton kernel (session 7).
+# flight while tile t's softmax runs; 1: one 8-warp partition, 2: warp-specialised, two consumer
+# warpgroups and a copy partition) where it can run, else the Triton kernel (0; session 7).
 LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale", "gluon")
 CLASS_KEYS = (*LAUNCH_KEYS, "split_programs_per_sm", "block_m")
 _BASE_LAUNCH: dict[str, Any] = {
@@ -89,7 +90,7 @@ _BASE_LAUNCH: dict[str, Any] = {
     "num_stages": 3,
     "warp_specialize": False,
     "lazy_rescale": False,
-    "gluon": False,
+    "gluon": 0,
 }
 # The H200 sweep of 2026-11-30 09:16 UTC (kernels/README.md; measurements/
 # bench_prefill_s3_tune.json): lazy rescale won "tiles" (8K chunk 2.80 -> 2.75 ms) and "split";
@@ -443,7 +444,7 @@ class PrefillPlan:
     num_stages: int = 3
     warp_specialize: bool = False
     lazy_rescale: bool = False
-    gluon: bool = False
+    gluon: int = 0
 
     @property
     def block_m(self) -> int:
@@ -674,7 +675,7 @@ def plan_prefill(
         num_stages=int(cfg["num_stages"]),
         warp_specialize=bool(cfg["warp_specialize"]),
         lazy_rescale=bool(cfg["lazy_rescale"]),
-        gluon=bool(cfg.get("gluon", False)),
+        gluon=int(cfg.get("gluon", 0)),
     )
 
 
@@ -724,7 +725,7 @@ def prepare_prefill(
     num_stages: int | None = None,
     warp_specialize: bool | None = None,
     lazy_rescale: bool | None = None,
-    gluon: bool | None = None,
+    gluon: int | None = None,
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
@@ -877,11 +878,11 @@ def prepare_prefill(
     if cfg.get("gluon") and not upcast:
         from kernels import gluon_prefill
 
-        if gluon_prefill.available(q.device) and gluon_prefill.supports(
-            head_dim, plan.block_m, bn, q.dtype
-        ):
-            kernel = gluon_prefill.KERNEL
-            consts = dict(NUM_WARPS=int(cfg["num_warps"]))
+        variant = gluon_prefill.choose(
+            int(cfg["gluon"]), q.device, head_dim, plan.block_m, bn, q.dtype
+        )
+        if variant is not None:
+            kernel, consts = variant
     main = BoundLaunch(
         kernel,
         (plan.work.shape[0], num_kv_heads, 1),
@@ -920,8 +921,7 @@ def prepare_prefill(
             BLOCK_N=bn,
             PAGE_SIZE=page_size,
             CAUSAL=causal,
-            num_warps=int(cfg["num_warps"]),
-            **consts,
+            **{"num_warps": int(cfg["num_warps"]), **consts},
             **meta,
         ),
         _SWAP_MAIN,

@@ -219,8 +219,32 @@ def test_choose_split_policy():
     assert choose_split(731179, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=100) == (5, 7360)
     assert choose_split(731179, 32768, 8, 132, 64, 4) == (3, 11136)
     assert choose_split(16 * 32768, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=16) == (5, 8000)
-    # One sequence: 4 programs per SM at most (1 x 128K: 64 splits of 2K, not 256 of 512); up
-    # to 32K the 512-token floor gives the same splits either way.
-    assert choose_split(131072, 131072, 8, 132, 64, batch=1) == (64, 2048)
+    # One sequence: SINGLE_SEQUENCE_PROGRAMS_PER_SM = 2 programs per SM at most (1 x 128K: 33
+    # splits of 4,032 tokens, not 256 of 512; 1 x 32K: 32 of 1,024, not 64 of 512); up to 16K
+    # the 512-token floor gives the same splits either way.
+    assert choose_split(131072, 131072, 8, 132, 64, batch=1) == (33, 4032)
     assert choose_split(131072, 131072, 8, 132, 64, batch=2) == (256, 512)
-    assert choose_split(32768, 32768, 8, 132, 64, batch=1) == choose_split(32768, 32768, 8, 132, 64)
+    assert choose_split(32768, 32768, 8, 132, 64, batch=1) == (32, 1024)
+    assert choose_split(32769, 32769, 8, 132, 64, batch=1) == (33, 1024)
+    assert choose_split(16384, 16384, 8, 132, 64, batch=1) == choose_split(16384, 16384, 8, 132, 64)
+
+
+def test_single_sequence_pipeline_depth():
+    # One sequence runs at SINGLE_SEQUENCE_NUM_STAGES (with at most 2 programs per SM, which its
+    # shared memory fits in one wave); larger batches at the default depth; a given num_stages
+    # wins. The answer is the reference's either way (the interpreter ignores the depth).
+    from kernels.paged_decode import (
+        DEFAULT_CONFIG,
+        SINGLE_SEQUENCE_NUM_STAGES,
+        prepare_decode,
+    )
+
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    for lens, want in (([3000], SINGLE_SEQUENCE_NUM_STAGES), ([3000, 17], None)):
+        kv = make_paged_kv(lens, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+        q = torch.randn(len(lens), 8, HEAD_DIM, generator=g, device=DEVICE).to(torch.bfloat16)
+        args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+        stages = prepare_decode(*args, block_n=BLOCK_N).launches[0].kwargs["num_stages"]
+        assert stages == (want or DEFAULT_CONFIG["num_stages"])
+        assert prepare_decode(*args, num_stages=3).launches[0].kwargs["num_stages"] == 3
+    check([3000 if ON_GPU else 70], 2, 4, 16)

@@ -363,34 +363,42 @@ def test_gluon_flag_falls_back_where_gluon_cannot_run():
         check(RAGGED_CTX, RAGGED_NEW, group=4, gluon=True)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="the Gluon loop runs on Hopper GPUs only")
+@pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
+@pytest.mark.parametrize("variant", [1, 2])
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("split", [None, 256])
 @pytest.mark.parametrize("group", [1, 4, 8])
-def test_gluon_tiles(group, split, block_n):
-    # 128-row tiles (the Gluon loop's shape) over ragged chunks and contexts, page edges,
-    # context 0, causal diagonals inside and across key tiles, split partials.
+def test_gluon_tiles(group, split, block_n, variant):
+    # 128-row tiles (the Gluon loops' shape) over ragged chunks and contexts, page edges,
+    # context 0, causal diagonals inside and across key tiles, split partials; variant 2 is
+    # warp-specialised (two consumer warpgroups of 64 rows, a copy partition, mbarriers).
     if not _gluon_runs():
         pytest.skip("Gluon / sm_90 not available")
+    if variant == 1 and (group, block_n) != (8, 128):
+        pytest.skip("variant 1: one shape per split mode (its full grid ran in session 7 call 1)")
     from kernels import gluon_prefill
     from kernels.paged_prefill import prepare_prefill
 
     ctx = [0, 15 * SCALE, 16 * SCALE + 1, 17, 0, 33 * SCALE]
     new = [1, 300, 160, 1000, 77, 129]
-    check(ctx, new, group=group, tokens_per_split=split, block_n=block_n, gluon=True, seed=group)
+    check(ctx, new, group=group, tokens_per_split=split, block_n=block_n, gluon=variant, seed=group)
     g = torch.Generator(device=DEVICE).manual_seed(0)
     q, kv, cu = make_prefill_batch(ctx, new, 2, group, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
     prep = prepare_prefill(
-        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, block_n=block_n, gluon=True
+        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, block_n=block_n, gluon=variant
     )
-    assert prep.launches[0].kernel is gluon_prefill.KERNEL
+    want = gluon_prefill.KERNEL if variant == 1 else gluon_prefill.WS_KERNEL
+    assert prep.launches[0].kernel is want
 
 
-@pytest.mark.skipif(not ON_GPU, reason="the Gluon loop runs on Hopper GPUs only")
+@pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
+@pytest.mark.parametrize("variant", [1, 2])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_gluon_dtypes_and_scale(dtype):
+def test_gluon_dtypes_scale_and_pages(dtype, variant):
     if not _gluon_runs():
         pytest.skip("Gluon / sm_90 not available")
     check([7 * SCALE, 0, 4096], [300, 230, 2048], num_kv_heads=1, group=8, dtype=dtype,
-          gluon=True)  # fmt: skip
-    check([7 * SCALE, 0], [300, 230], group=8, sm_scale=1.5, gluon=True)
+          gluon=variant)  # fmt: skip
+    check([7 * SCALE, 0], [300, 230], group=8, sm_scale=1.5, gluon=variant)
+    for page_size in (1, 8, 64):
+        check([5 * SCALE, 3], [200, 150], group=8, page_size=page_size, gluon=variant)
