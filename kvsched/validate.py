@@ -609,8 +609,8 @@ def validate(
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The fidelity numbers and the tables the validation report draws. `overhead_from`: an
     engine run whose measured per-step overheads are added to the price (held out: measured
-    there, judged here). `decode_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` values
-    to price with instead of the run config's. `repeat`: another engine run of the same config,
+    there, judged here). `decode_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` /
+    `gpu.prefill_batch` values to price with instead of the run config's. `repeat`: another engine run of the same config,
     compared with this one as the simulation is (`repeat_errors`)."""
     run = _pricing(load_engine_run(run_dir), decode_terms)
     requests, num_clients = measured_requests(run)
@@ -636,6 +636,7 @@ def validate(
         "latency_model": latency.name,
         "shared_page_reads": run.cfg.gpu.shared_page_reads,
         "ragged_decode": run.cfg.gpu.ragged_decode,
+        "prefill_batch": run.cfg.gpu.prefill_batch,
         **{name: getattr(run.cfg.gpu, name) for name in OVERHEAD_TERMS},
         **{f"measured_{name}": value for name, value in measured.items()},
         "step_time_median_abs_err": _pct(step_err, 50),
@@ -720,7 +721,11 @@ def cmd_validate(args) -> int:
         check_output(Path(args.json), "--json", f'"schema": "{SCHEMA}"')
     if args.report:
         check_output(Path(args.report), "--report", REPORT_TITLE)
-    terms = {"shared_page_reads": args.shared_page_reads, "ragged_decode": args.ragged_decode}
+    terms = {
+        "shared_page_reads": args.shared_page_reads,
+        "ragged_decode": args.ragged_decode,
+        "prefill_batch": args.prefill_batch,
+    }
     decode_terms = {k: v for k, v in terms.items() if v is not None}
     repeat = None if args.repeat is None else Path(args.repeat)
     result, tables = validate(Path(args.run_dir), overhead_from, decode_terms, repeat)
@@ -764,6 +769,12 @@ def register(sub) -> None:
         "--ragged-decode",
         choices=["measured", "mean"],
         help="price decode batches of unequal contexts (gpu.ragged_decode; default: as the "
+        "run's config says)",
+    )
+    p.add_argument(
+        "--prefill-batch",
+        choices=["measured", "sum"],
+        help="price a step's prefill chunks as one launch (gpu.prefill_batch; default: as the "
         "run's config says)",
     )
     p.set_defaults(func=cmd_validate)

@@ -123,6 +123,11 @@ class GpuConfig(Strict):
     # at its mean by the calibration file's `decode_ragged` term (sim/latency/ragged.py; the
     # file must have it); "mean", at the table's time for its mean context.
     ragged_decode: Literal["measured", "mean"] = "mean"
+    # A step's prefill chunks: "measured", priced as the one launch the engine runs them in by
+    # the calibration file's `prefill_batches` launch model (sim/latency/prefill_batch.py; the
+    # file must have one for the attention shard); "sum", each chunk at its table time (the
+    # table is measured one chunk per launch).
+    prefill_batch: Literal["measured", "sum"] = "sum"
 
 
 class NodeConfig(Strict):

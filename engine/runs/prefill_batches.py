@@ -1,7 +1,8 @@
 """A step's prefill chunks run in one launch: the layouts to time, and how the price compares.
 
     python engine/runs/prefill_batches.py layouts OUT.json      # what the device times
-    python engine/runs/prefill_batches.py compare MEASURED.json # model vs measured
+    python engine/runs/prefill_batches.py compare MEASURED.json # one launch vs chunks alone
+    python engine/runs/prefill_batches.py fit MEASURED.json [--write]
 
 The engine runs every prefill chunk of a step (new tokens over each request's cached context) in
 one paged prefill launch; the calibration's prefill table is measured one chunk per launch and
@@ -9,20 +10,32 @@ the simulator prices a step's chunks as the sum of their table times. `layouts` 
 attention shard, the chunk lists `python -m engine.check --only prefill_batches --layouts FILE`
 times: a grid (1-8 equal chunks of 32-2,048 new tokens over 0-16K of context) and the steps with
 a chunk the committed engine runs served (every `STRIDE`-th of each run). `compare` prints the
-measured one-launch time over the sum of the chunks alone, and each pricing's error.
+measured one-launch time over the sum of the chunks alone. `fit` fits sim/latency/prefill_batch.py's
+launch model per shard to the grid and the single chunks (steps of at most STEP_TOKENS new
+tokens), prints its error there and on the served steps with 2 or more chunks (held out) beside
+the sum's, and with --write stores it as the calibration file's `prefill_batches` entry.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sim.latency.calibrated import calibrated_latency_for
+from sim.latency.factory import CALIBRATION_DIR
+from sim.latency.prefill_batch import COEFFICIENTS, fit_prefill_batch
+
 RUNS = Path(__file__).resolve().parent
+ROOT = RUNS.parents[1]
+CALIBRATION = CALIBRATION_DIR / "h200.json"
+STEP_TOKENS = 8192  # the engine runs' step budget: no step holds more new tokens
+BLOCK_M = 128  # kernels/paged_prefill DEFAULT_PREFILL_CONFIG["block_m"] (the engine's plan)
+# engine/check.py SHARED_SHARDS: the shard's name -> (model preset, tp)
+SHARDS = {"llama-3-8b": ("llama-3-8b", 1), "article-70b-tp2": ("article-70b", 2)}
 GRID_CHUNKS = (1, 2, 4, 8)
 GRID_NEW = (32, 128, 512, 2048)
 GRID_CTX = (0, 2048, 8192, 16384)
@@ -74,17 +87,95 @@ def compare(measured: dict) -> None:
                   f" (min {ratio[m].min():.3f}, max {ratio[m].max():.3f}, n {m.sum()})")  # fmt: skip
 
 
+def _summary(errors: np.ndarray) -> dict:
+    e = np.abs(errors)
+    return {
+        "points": int(e.size),
+        "median_abs_err": round(float(np.median(e)), 4),
+        "p90_abs_err": round(float(np.percentile(e, 90)), 4),
+        "max_abs_err": round(float(e.max()), 4),
+        "median_signed_err": round(float(np.median(errors)), 4),
+    }
+
+
+def fit_shard(shard: str, rows: list[dict], grid_size: int, sms: int) -> dict:
+    """The launch model fitted to the shard's grid steps and single chunks, judged on its served
+    steps of 2+ chunks; the table sum's error on those beside it."""
+    from sim.config import GpuConfig, ModelConfig
+    from sim.presets import GPU_PRESETS, MODEL_PRESETS
+
+    name, tp = SHARDS[shard]
+    model_cfg = ModelConfig(name=name, **MODEL_PRESETS[name])
+    heads = (model_cfg.num_q_heads // tp, model_cfg.num_kv_heads // tp)
+    alone = {tuple(c): ms for r in rows for c, ms in zip(r["chunks"], r["alone_ms"], strict=True)}
+    grid = [r for r in rows[:grid_size] if sum(n for n, _ in r["chunks"]) <= STEP_TOKENS]
+    points = [(r["chunks"], r["batched_ms"]) for r in grid]
+    points += [([chunk], ms) for chunk, ms in alone.items()]
+    model, fit_err = fit_prefill_batch(points, heads[0] // heads[1], heads[1], BLOCK_M, sms)
+    served = [r for r in rows[grid_size:] if len(r["chunks"]) > 1]
+    table = calibrated_latency_for(model_cfg, GpuConfig(**GPU_PRESETS["h200"]), tp, CALIBRATION_DIR)
+    assert table is not None
+
+    def table_sum(chunks) -> float:
+        return sum(table._prefill(float(n), float(c)) for n, c in chunks)
+
+    def model_ms(chunks) -> float:
+        return model.ms([n for n, _ in chunks], [c for _, c in chunks])
+
+    measured = np.array([r["batched_ms"] for r in served])
+    return {
+        "shard": shard,
+        "q_heads": heads[0],
+        "kv_heads": heads[1],
+        "head_dim": model_cfg.head_dim,
+        "block_m": BLOCK_M,
+        "sms": sms,
+        **dict(zip(COEFFICIENTS, (round(v, 6) for v in model.coef), strict=True)),
+        "fit": _summary(fit_err),
+        "held_out_served": _summary(
+            np.array([model_ms(r["chunks"]) for r in served]) / measured - 1
+        ),
+        "table_sum_served": _summary(
+            np.array([table_sum(r["chunks"]) for r in served]) / measured - 1
+        ),
+    }
+
+
+def fit(path: Path, write: bool) -> None:
+    measured = json.loads(path.read_text())
+    calibration = json.loads(CALIBRATION.read_text())
+    grid_size = len(GRID_CHUNKS) * len(GRID_NEW) * len(GRID_CTX)
+    entries = [
+        {
+            **fit_shard(shard, rows, grid_size, int(calibration["sm_count"])),
+            "measured": str(path.resolve().relative_to(ROOT)),
+        }  # fmt: skip
+        for shard, rows in measured.items()
+        if shard in SHARDS
+    ]
+    for e in entries:
+        print(f"{e['shard']}: fit {e['fit']}\n  served, held out: {e['held_out_served']}"
+              f"\n  served, table sum: {e['table_sum_served']}")  # fmt: skip
+    if write:
+        calibration["prefill_batches"] = entries
+        CALIBRATION.write_text(json.dumps(calibration, indent=1) + "\n")
+        print(f"wrote prefill_batches to {CALIBRATION.relative_to(ROOT)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("layouts", "compare"))
+    ap.add_argument("what", choices=("layouts", "compare", "fit"))
     ap.add_argument("file", type=Path)
+    ap.add_argument("--write", action="store_true", help="fit: store it in the calibration file")
     args = ap.parse_args()
     if args.what == "layouts":
         args.file.write_text(json.dumps(layouts()) + "\n")
         print(f"{args.file}: {sum(len(v['steps']) for v in layouts().values())} steps")
-    else:
+    elif args.what == "compare":
         compare(json.loads(args.file.read_text()))
+    else:
+        fit(args.file, args.write)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

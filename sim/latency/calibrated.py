@@ -34,6 +34,7 @@ import numpy as np
 
 from sim.config import ConfigError
 from sim.latency.base import StepShape
+from sim.latency.prefill_batch import COEFFICIENTS, PrefillBatch
 from sim.latency.ragged import RaggedDecode
 from sim.latency.roofline import RooflineLatency
 from sim.latency.shared_reads import SharedReads
@@ -240,12 +241,15 @@ class CalibratedLatency:
         allreduce: dict | None = None,
         shared_reads: SharedReads | None = None,
         ragged: RaggedDecode | None = None,
+        prefill_batch: PrefillBatch | None = None,
     ):
         """`allreduce`: the file's `allreduce_nccl` entry for this tp and hidden size (measured
         through NCCL); without one the all-reduce keeps the roofline's formula. `shared_reads`:
         the file's measured price of decodes reading pages another decode of the step reads
         (without it a shared page costs what a distinct one does). `ragged`: the file's measured
-        price of a decode batch of unequal contexts (without it, the table at the mean)."""
+        price of a decode batch of unequal contexts (without it, the table at the mean).
+        `prefill_batch`: the file's launch model of a step's prefill chunks in one launch (without
+        it, the sum of the chunks' table times)."""
         validate_table(table)
         want = expected_shapes(model, tp)
         got = {k: int(table["shapes"].get(k, -1)) for k in want}
@@ -264,6 +268,7 @@ class CalibratedLatency:
         self._roofline = RooflineLatency(model, gpu, tp)
         self.shared_reads = shared_reads
         self.ragged = ragged
+        self.prefill_batch = prefill_batch
         c = table.get("cascade_prefix_attn")
         self._cascade = _Grid2(c["group_size"], c["prefix_len"], c["ms"]) if c else None
         if allreduce is not None and tp > 1:
@@ -340,12 +345,15 @@ class CalibratedLatency:
                 decode_attn *= self.ragged.factor(real_mean, shape.decode_ctx_max)
         prefill_attn = 0.0
         if new:
-            prefill = self._prefill
-            per_layer = sum(
-                prefill(float(n), float(c))
-                for n, c in zip(new, shape.prefill_ctx, strict=True)
-                if n > 0
-            )
+            if self.prefill_batch is not None and sum(n > 0 for n in new) > 1:
+                per_layer = self.prefill_batch.ms(new, shape.prefill_ctx)
+            else:
+                prefill = self._prefill
+                per_layer = sum(
+                    prefill(float(n), float(c))
+                    for n, c in zip(new, shape.prefill_ctx, strict=True)
+                    if n > 0
+                )
             prefill_attn = layers * per_layer * 1e-3
         return (
             layers * self._gemm(tokens) * 1e-3,
@@ -395,6 +403,7 @@ def calibrated_latency_for(
         find_allreduce(data, model, tp),
         _shared_reads(data, gpu, path),
         _ragged(data, gpu, path),
+        _prefill_batch(data, gpu, path, model, tp),
     )
 
 
@@ -448,6 +457,32 @@ def _ragged(data: dict, gpu: Any, path: Path) -> RaggedDecode | None:
             f"decode_ragged: needs 0 <= a < 1, 0 < b <= 100, 0 <= e <= 4, ref_ctx > 0, got {entry!r}"
         )
     return RaggedDecode(a, b, e, ref)
+
+
+def _prefill_batch(data: dict, gpu: Any, path: Path, model: Any, tp: int) -> PrefillBatch | None:
+    """The measured launch model of this attention shard when `gpu.prefill_batch` asks for it."""
+    if getattr(gpu, "prefill_batch", "sum") != "measured":
+        return None
+    shard = (model.num_q_heads // tp, model.num_kv_heads // tp, model.head_dim)
+    for entry in data.get("prefill_batches", []):
+        try:
+            heads = (int(entry["q_heads"]), int(entry["kv_heads"]), int(entry["head_dim"]))
+            if heads != shard:
+                continue
+            coef = tuple(float(entry[k]) for k in COEFFICIENTS)
+            block_m, sms = int(entry["block_m"]), int(entry["sms"])
+        except (TypeError, KeyError, ValueError, OverflowError) as exc:
+            raise CalibrationError(
+                f"prefill_batches: needs heads, block_m, sms and numbers {COEFFICIENTS}, got {entry!r}"
+            ) from exc
+        if block_m < 16 or sms < 1:
+            raise CalibrationError(f"prefill_batches: needs block_m >= 16, sms >= 1, got {entry!r}")
+        return PrefillBatch(coef, shard[0] // shard[1], shard[1], block_m, sms)  # type: ignore[arg-type]
+    raise CalibrationError(
+        f"gpu.prefill_batch: measured needs a prefill_batches entry for {shard[0]} query / "
+        f"{shard[1]} KV heads of {shard[2]} in {path.name} (engine/runs/prefill_batches.py fit "
+        "--write); use sum"
+    )
 
 
 def shared_reads_from(entry: Any) -> SharedReads | None:

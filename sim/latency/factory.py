@@ -17,9 +17,15 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
     """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline;
     plus the GPU's fixed per-step overhead when it has one (`gpu.step_overhead_s`)."""
     calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
-    if calibrated is None and (gpu.shared_page_reads == "l2" or gpu.ragged_decode == "measured"):
+    measured = (
+        gpu.shared_page_reads == "l2"
+        or gpu.ragged_decode == "measured"
+        or gpu.prefill_batch == "measured"
+    )
+    if calibrated is None and measured:
         raise ConfigError(
-            "gpu.shared_page_reads: l2 and gpu.ragged_decode: measured need a calibration file "
+            "gpu.shared_page_reads: l2, gpu.ragged_decode: measured and gpu.prefill_batch: "
+            "measured need a calibration file "
             f"with a table for {model.name} at tp {tp} (gpu.calibration); this GPU has none"
         )
     priced = calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
