@@ -14,6 +14,7 @@ prompt it holds, walking from the first page as a cache lookup does.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -88,17 +89,19 @@ class RoutingTable:
         """A node stored (indexed) or removed (evicted) these pages."""
         table, bit = self.key_to_nodes, self._bits[node]
         if event == "stored":
+            if len(keys) > 1 and table.keys().isdisjoint(keys):  # all new: C-level passes
+                table.update(dict.fromkeys(keys, bit))
+                return
             put = table.setdefault
             for key in keys:
                 holders = put(key, bit)
                 if not holders & bit:
                     table[key] = holders | bit
             return
-        clear, take = ~bit, table.pop
-        for key in keys:
-            holders = take(key, 0) & clear
-            if holders:
-                table[key] = holders
+        # Removed: every key popped, those other nodes still hold put back (C-level passes;
+        # the same entries as popping and putting back key by key).
+        rest = list(map((~bit).__and__, map(table.pop, keys, repeat(0))))
+        table.update(zip(compress(keys, rest), filter(None, rest), strict=True))
 
     def nodes_holding(self, key: int) -> list[int]:
         holders = self.key_to_nodes.get(key, 0)

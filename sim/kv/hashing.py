@@ -58,7 +58,10 @@ def page_keys(tokens: np.ndarray, page_size: int, hash_bits: int = 64) -> np.nda
         tokens[: num_full * page_size].astype(np.int64).view(np.uint64).reshape(num_full, page_size)
     )
     with np.errstate(over="ignore"):
-        content = (pages * _token_weights(page_size)).sum(axis=1, dtype=np.uint64)
+        # The row sums as one integer matmul (the same sums mod 2**64, without a product
+        # array as large as the prompt); a single-token page is one product.
+        weights = _token_weights(page_size)
+        content = pages @ weights if page_size > 1 else pages[:, 0] * weights[0]
         positioned = mix64(content + np.arange(num_full, dtype=np.uint64) * _GOLDEN)
         chained = mix64(np.cumsum(positioned, dtype=np.uint64))
     if hash_bits < 64:
