@@ -12,6 +12,12 @@
 #          3. kernels.bench --decode-sweep --sweep-shapes: the decode rules above
 #          4. kernels.bench_prefill --no-sdpa --suite prefill: target rows, Triton, then Gluon tiles
 # Outputs: run.log and the JSON files named below.
+# verify (call 3): 1. GPU tests of the new defaults (Gluon loop 2 in every 128-row prefill test,
+#                     prepared launches, cascade)
+#                  2. kernels.calibrate, every part but the NCCL all-reduce (gemm, lm_head, decode,
+#                     prefill, cascade: one machine; call 2's kept gemm tables came from another
+#                     H200 whose matmul ran slower) --fidelity 30 --fidelity-extra 12
+#                  3. kernels.bench_prefill --no-sdpa --suite prefill: target rows
 mode=${1:-sweep}
 . "$(dirname "$0")/device_budget.sh"
 device_start 300
@@ -58,6 +64,22 @@ fi
 #        4. kernels.bench --decode-sweep: the single-sequence rule (now the default) vs the old one
 #        5. kernels.calibrate --parts decode,prefill --fidelity 30 --fidelity-extra 12
 #        6. kernels.bench_prefill --no-sdpa (prefill + cascade), decode targets vs SDPA
+if [ "$mode" = verify ]; then
+  step "pytest (GPU): the new defaults (prefill, prepared launches, cascade)"
+  timeout "$(left 110 300)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+    tests/kernels/test_prepared_launch.py tests/kernels/test_cascade_decode.py -k "not random" \
+    2>&1 | tail -n 15 | tee -a "$log"
+  step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12"
+  cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
+  timeout "$(left 270 30)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
+    --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" \
+    2>&1 | tee -a "$log"
+  step "prefill target rows (defaults)"
+  timeout "$(left 30 0)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
+    --out "$OUT/bench_prefill.json" 2>&1 | tee -a "$log"
+  step "done"
+  exit 0
+fi
 step "pytest (GPU): Gluon loops 1 / 2, single-sequence decode rule, decode / cascade subset"
 timeout "$(left 150 290)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
   tests/kernels/test_paged_decode.py tests/kernels/test_cascade_decode.py \

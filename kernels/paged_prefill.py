@@ -101,8 +101,14 @@ _BASE_LAUNCH: dict[str, Any] = {
 # ms): 0.88-0.92 for 4K-8K chunks and 2K over 32K at 32 q / 4 KV heads, 1.11-1.17 for 2K
 # chunks over 0-512 tokens, 1.04-1.14 for 2K-4K chunks at 32 q / 8 KV heads (geo-mean 1.008).
 # Turn it on with set_prefill_launch_configs({"tiles_wide": {"block_m": 256}}).
+# Session 7 (measurements/bench_prefill_tune_s7_call2.json, H200, 19:00 UTC): "tiles" and
+# "split" run Gluon loop 2 (kernels/gluon_prefill.py: warp-specialised, two 64-row consumer
+# warpgroups, 64-key tiles, 4 K/V stages) where Gluon and sm_90 are there, ms vs the Triton loop:
+# tiles (0, 2K) 0.2268 -> 0.1847, (0, 8K) 2.7669 -> 2.3345, (8K, 2K) 1.4915 -> 1.3086, (32K, 2K)
+# 5.6672 -> 4.7820; split (32K, 16) 0.0698 -> 0.0622, (32K, 64) 0.1862 -> 0.1543. Elsewhere
+# (the CPU interpreter, other GPUs) the Triton kernel runs with the same block_n, stages, etc.
 PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
-    "tiles": dict(_BASE_LAUNCH, warp_specialize=True, lazy_rescale=True),
+    "tiles": dict(_BASE_LAUNCH, block_n=64, warp_specialize=True, lazy_rescale=True, gluon=2),
     "tiles_wide": dict(
         _BASE_LAUNCH, block_m=128, block_n=64, num_warps=16, num_stages=2, lazy_rescale=True
     ),  # fmt: skip
@@ -111,7 +117,7 @@ PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
     # 16 / 64 tokens over 32K 0.0792 -> 0.0703 / 0.2030 -> 0.1843 ms, 16 over 8K 0.0392 ->
     # 0.0373; short contexts lose (16-64 tokens over 0-512: +3-12%, their programs hold 1-4 key
     # tiles). The compute-bound classes lose with it ("tiles" 8K chunk 2.738 -> 2.832 ms).
-    "split": dict(_BASE_LAUNCH, num_stages=5, lazy_rescale=True),
+    "split": dict(_BASE_LAUNCH, block_n=64, num_stages=5, lazy_rescale=True, gluon=2),
     "split_small": dict(_BASE_LAUNCH, num_warps=4),
     # Every request brings exactly one new token (causal): that is a decode step, launched
     # through kernels.paged_decode (its own config; these keys are unused). Session 5.
