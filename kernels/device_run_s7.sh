@@ -51,7 +51,7 @@ if [ "$mode" = sweep ]; then
   step "prefill target rows: Triton tiles, then Gluon tiles"
   timeout "$(left 30 20)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
     --out "$OUT/bench_prefill_triton.json" 2>&1 | tee -a "$log"
-  timeout "$(left 30 0)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
+  timeout "$(left 25 0)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
     --launch-configs '{"tiles": {"gluon": true}}' \
     --out "$OUT/bench_prefill_gluon.json" 2>&1 | tee -a "$log"
   step "done"
@@ -66,16 +66,16 @@ fi
 #        6. kernels.bench_prefill --no-sdpa (prefill + cascade), decode targets vs SDPA
 if [ "$mode" = verify ]; then
   step "pytest (GPU): the new defaults (prefill, prepared launches, cascade)"
-  timeout "$(left 110 300)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+  timeout "$(left 80 310)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
     tests/kernels/test_prepared_launch.py tests/kernels/test_cascade_decode.py -k "not random" \
     2>&1 | tail -n 15 | tee -a "$log"
   step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12"
   cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-  timeout "$(left 270 30)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
+  timeout "$(left 285 25)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
     --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" \
     2>&1 | tee -a "$log"
   step "prefill target rows (defaults)"
-  timeout "$(left 30 0)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
+  timeout "$(left 25 0)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
     --out "$OUT/bench_prefill.json" 2>&1 | tee -a "$log"
   step "done"
   exit 0
