@@ -23,7 +23,7 @@ from sim.kv.page_pool import CACHED, PagePool
 from sim.kv.prefix_index import TwoLevelIndex
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.radix_index import RadixIndex
-from sim.kv.shortlist import DriftBoundedEviction, Shortlist, below, distinct
+from sim.kv.shortlist import DriftBoundedEviction, Shortlist, below
 from sim.kv.views import PageStats, Segment
 
 
@@ -42,6 +42,8 @@ FloorFn = Callable[[PageStats, np.ndarray], np.ndarray]
 CacheListener = Callable[[str, list[int], int], None]  # (event "stored"|"removed", page keys, node)
 INDEX_KINDS = ("two_level", "hash_only", "radix")
 GHOST_KEYS = 4096  # rejected segments remembered for admission on second sight
+_DEPTH_KEY = 2**31 - 1  # _pick_tied: deeper pages get lower keys (depths are int32)
+_PAGE_BITS = 2**32 - 1
 
 
 def make_index(kind: str, num_pages: int, page_size: int) -> IndexBase:
@@ -179,11 +181,15 @@ class PagedKVCache:
             self.stats.hit_count[page] = 1
             self._emit("stored", chunk_keys)
         elif placed:
-            new = [chunk[i] for i in placed]
-            self.stats.created_s[new] = now
-            self.stats.last_access_s[new] = now
-            self.stats.hit_count[new] = 1
-            self._emit("stored", [chunk_keys[i] for i in placed])
+            if placed == list(range(len(chunk))):  # the usual case: the whole chunk
+                new, new_keys = chunk, chunk_keys
+            else:
+                new, new_keys = [chunk[i] for i in placed], [chunk_keys[i] for i in placed]
+            at = np.array(new, dtype=np.int64)  # one conversion for the three writes
+            self.stats.created_s[at] = now
+            self.stats.last_access_s[at] = now
+            self.stats.hit_count[at] = 1
+            self._emit("stored", new_keys)
 
     def admit_segment(
         self, new_tokens: int, already_shared: bool, first_key: int | None = None
@@ -361,17 +367,18 @@ class PagedKVCache:
         if shortlist is None or shortlist.pages is None:
             return None
         zone = self.protected_pages()
-        pages = shortlist.to_score(zone)
+        pages = self._once_each(shortlist.to_score(zone))
         evictable, unsafe = self._evictable(pages, zone, now)
         cached = evictable | unsafe  # the others join again when released
         pages, evictable = pages[cached], evictable[cached]
         self.index.prefix.settle_any(pages)  # prefix_pages as the policy must read them
-        priority = self._priority(pages, now)  # a page's own statistics: repeats score alike
+        priority = self._priority(pages, now)  # a page's own statistics
         bound = shortlist.bound_at(now)
         stay = priority < bound  # the others stay out, as the pages left out did ...
-        if self._floor is not None:  # ... if their floors are as high
-            stay |= np.asarray(self._floor(self.stats, pages)) < shortlist.floor
-        keep = np.flatnonzero(stay)[distinct(pages[stay])]
+        if self._floor is not None and not stay.all():  # ... if their floors are as high
+            rest = np.flatnonzero(~stay)  # (the same floats: a floor is the page's own)
+            stay[rest] = np.asarray(self._floor(self.stats, pages[rest])) < shortlist.floor
+        keep = np.flatnonzero(stay)
         waiting = pages[keep[~evictable[keep]]]
         keep = keep[evictable[keep]]
         pages, priority = pages[keep], priority[keep]
@@ -399,10 +406,36 @@ class PagedKVCache:
         tied with the k-th), lowest priority first; ties: deeper (tail) pages first, then lower
         page id."""
         if k < pages.size:
-            keep = priority <= np.partition(priority, k - 1)[k - 1]
+            kth = np.partition(priority, k - 1)[k - 1]
+            keep = priority <= kth
             pages, priority = pages[keep], priority[keep]
+            if pages.size > k:  # more than k: pages tied with the k-th (a prefix's pages tie)
+                return self._pick_tied(pages, priority, kth, k)
         order = np.lexsort((pages, -self.index.depth[pages], priority))[:k]
         return pages[order]
+
+    def _pick_tied(self, pages: np.ndarray, priority: np.ndarray, kth: float, k: int) -> np.ndarray:
+        """`_pick` of more than k pages whose priorities are <= kth, the k-th lowest: the pages
+        below it in the full order, then as many of those at kth as are missing, deeper first,
+        then lower id, ranked by one int64 key (a partition, not a sort of every tie)."""
+        lower = priority < kth
+        first = pages[lower]
+        first = first[np.lexsort((first, -self.index.depth[first], priority[lower]))]
+        tied = pages[~lower]
+        missing = k - first.size  # >= 1: fewer than k pages are below the k-th lowest
+        depth = self.index.depth[tied].astype(np.int64)
+        key = (_DEPTH_KEY - depth) << 32 | tied  # depth >= 0, page ids < 2**32
+        key = np.sort(np.partition(key, missing - 1)[:missing])
+        return np.concatenate((first, key & _PAGE_BITS))
+
+    def _once_each(self, pages: np.ndarray) -> np.ndarray:
+        """These pages, each once (in no particular order; the rounds' victims do not depend on
+        it). A scatter and a gather over a pool-sized scratch array, not a sort: the position
+        that wrote a page's slot last is the one kept."""
+        at = np.empty(self.pool.num_pages, dtype=np.int64)
+        positions = np.arange(pages.size)
+        at[pages] = positions
+        return pages[at[pages] == positions]
 
     def _priority(self, pages: np.ndarray, now: float) -> np.ndarray:
         return np.asarray(self.eviction.priority(self.stats, pages, now), dtype=np.float64)
