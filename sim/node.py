@@ -92,7 +92,8 @@ class Node(SchedulerQueues):
         # _span_next_ends, the times of steps 2 .. the last): no call into the node. How many
         # it drew is how many step ends the span passed (`_span_index`); cutting the list
         # short ends the span with the step in flight.
-        self._span = False  # a span is running
+        # A decode span is running (public: the router asks `sync_index` only of these nodes)
+        self.in_span = False
         self._span_counted = 0  # step ends passed of which busy_s and num_steps count
         self._span_applied = 1  # steps below this one are applied (the span's state is behind
         # while _span_applied <= _span_index)
@@ -116,19 +117,19 @@ class Node(SchedulerQueues):
 
     @property
     def kv(self) -> KVManager:
-        if self._span:
+        if self.in_span:
             self._sync()
         return self.scheduler.kv
 
     @property
     def waiting(self):
-        if self._span:
+        if self.in_span:
             self._sync()
         return self.scheduler.waiting
 
     @property
     def running(self) -> list[Sequence]:
-        if self._span:
+        if self.in_span:
             self._sync()
         return self.scheduler.running
 
@@ -136,7 +137,7 @@ class Node(SchedulerQueues):
     def _span_index(self) -> int:
         """Step ends passed inside the span (the step in flight is one more): the end times
         the clock drew (none when no span runs)."""
-        if not self._span:
+        if not self.in_span:
             return 0
         return len(self._span_next_ends) - length_hint(self._span_ends)
 
@@ -169,7 +170,7 @@ class Node(SchedulerQueues):
         """Index the pages a span's ended steps filled (and tell the cache's listeners, the
         routing table) if any of them has one of these page keys: a reader of the table's
         entries for `keys` then sees what it would see step by step now."""
-        if not self._span or self._span_applied > self._span_index:
+        if not self.in_span or self._span_applied > self._span_index:
             return  # (the router asks every node, per decision)
         stored = self._span_keys
         if stored is None:  # the keys of every page the span indexes (from its first step)
@@ -180,7 +181,7 @@ class Node(SchedulerQueues):
             self._sync()
 
     def _span_tokens(self) -> int:
-        if not self._span:
+        if not self.in_span:
             return 0
         pairs = self._span_index + 1 - self._span_applied  # steps ended, not applied
         return self.scheduler.span_tokens(self._batch_seqs, pairs) if pairs > 0 else 0
@@ -199,7 +200,7 @@ class Node(SchedulerQueues):
         return self.env.now < self.up_at
 
     def submit(self, seq: Sequence) -> None:
-        if self._span:  # new work: the span ends with the step in flight
+        if self.in_span:  # new work: the span ends with the step in flight
             self._sync()
             del self._span_next_ends[self._span_applied - 1 :]  # the clock draws no more
         seq.node = self.node_id
@@ -224,9 +225,9 @@ class Node(SchedulerQueues):
         """Run the serve loop at the clock's time until it must wait, then wait (a callback on
         the event waited for: SimPy resumes it exactly where a process would resume)."""
         if self._in_flight is not None:  # the event was the end of the step in flight
-            if self._span:  # it ran out: the step that just ended is the node's own again
+            if self.in_span:  # it ran out: the step that just ended is the node's own again
                 self._sync()
-                self._span = False
+                self.in_span = False
                 self._span_applied = 1
                 self._span_prices, self._span_times = [], []
             if self._batch_decode and self._repeat():
@@ -319,7 +320,7 @@ class Node(SchedulerQueues):
         self._span_next_ends = times[2:]
         self._span_ends = iter(self._span_next_ends)
         self._span_first_sum = first
-        self._span = True
+        self.in_span = True
         self._span_counted = self._span_applied = 0
         return True
 
