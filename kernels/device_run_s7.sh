@@ -51,7 +51,7 @@ if [ "$mode" = sweep ]; then
   step "prefill target rows: Triton tiles, then Gluon tiles"
   timeout "$(left 30 20)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
     --out "$OUT/bench_prefill_triton.json" 2>&1 | tee -a "$log"
-  timeout "$(left 25 0)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
+  timeout "$(left 30 0)" python3 -m kernels.bench_prefill --no-sdpa --suite prefill \
     --launch-configs '{"tiles": {"gluon": true}}' \
     --out "$OUT/bench_prefill_gluon.json" 2>&1 | tee -a "$log"
   step "done"

@@ -336,11 +336,17 @@ def test_random_shapes(chunks, page_size, group, num_kv_heads, split, dtype, see
 def test_key_splits_may_take_several_waves():
     # 271 new tokens over 17,306 at 32 q / 8 KV heads: 9 tiles x 8 heads = 72 programs. In one
     # wave they cannot split (2 each = 144 > 132), so one wave leaves 60 SMs idle behind 17K-key
-    # programs; 5 splits each (360 programs, 3 waves of ~3.5K keys) cost 0.64 of that.
-    plan = plan_prefill([271], [271 + 17306], 8, 4, num_sms=132)
+    # programs; with 128-key tiles 5 splits each (360 programs, 3 waves of ~3.5K keys) cost 0.64
+    # of that. With the split class's 64-key tiles (session 7) a program's fixed cost is half as
+    # many keys: 11 splits of 1,600 (792 programs, 6 waves).
+    plan = plan_prefill([271], [271 + 17306], 8, 4, num_sms=132, launch={"block_n": 128})
     programs = plan.work.shape[0] * 8
     assert plan.work_class == "split" and programs == 360 and plan.tokens_per_split == 3584
     assert plan.n_slots == plan.work.shape[0]  # every tile split
+    plan = plan_prefill([271], [271 + 17306], 8, 4, num_sms=132)
+    assert plan.block_n == PREFILL_LAUNCH_CONFIGS["split"]["block_n"]
+    if plan.block_n == 64:
+        assert plan.work.shape[0] * 8 == 792 and plan.tokens_per_split == 1600
     # Where one wave fills the GPU, it stays one wave (the fixed cost per wave decides).
     for new, ctx, kvh, group in ((16, 32768, 8, 8), (64, 32768, 8, 8), (256, 16384, 8, 4)):
         one = plan_prefill([new], [new + ctx], kvh, group, num_sms=132)
