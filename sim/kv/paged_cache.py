@@ -382,11 +382,12 @@ class PagedKVCache:
         waiting = pages[keep[~evictable[keep]]]
         keep = keep[evictable[keep]]
         pages, priority = pages[keep], priority[keep]
-        if pages.size < want or not np.partition(priority, want - 1)[want - 1] < below(bound):
+        kth = np.partition(priority, want - 1)[want - 1] if pages.size >= want else None
+        if kth is None or not kth < below(bound):
             shortlist.pages = None
             return None
         shortlist.keep(pages, waiting)
-        return self._pick(pages, priority, want)
+        return self._pick(pages, priority, want, kth)
 
     def _lowest(self, candidates: np.ndarray, m: int, now: float) -> tuple[np.ndarray, np.ndarray]:
         """The candidates among the m lowest priorities, with every page tied with the m-th,
@@ -401,12 +402,15 @@ class PagedKVCache:
             candidates, priority = candidates[keep], priority[keep]
         return candidates, priority
 
-    def _pick(self, pages: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
+    def _pick(
+        self, pages: np.ndarray, priority: np.ndarray, k: int, kth: float | None = None
+    ) -> np.ndarray:
         """The k lowest of these pages (which hold the k lowest evictable ones and every page
         tied with the k-th), lowest priority first; ties: deeper (tail) pages first, then lower
-        page id."""
+        page id. kth: the k-th lowest priority, when the caller has it already."""
         if k < pages.size:
-            kth = np.partition(priority, k - 1)[k - 1]
+            if kth is None:
+                kth = np.partition(priority, k - 1)[k - 1]
             keep = priority <= kth
             pages, priority = pages[keep], priority[keep]
             if pages.size > k:  # more than k: pages tied with the k-th (a prefix's pages tie)
