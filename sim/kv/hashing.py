@@ -46,24 +46,42 @@ def _token_weights(page_size: int) -> np.ndarray:
 
 def page_keys(tokens: np.ndarray, page_size: int, hash_bits: int = 64) -> np.ndarray:
     """uint64 [num_full_pages]: chained key of every full page of `tokens` (a partial tail is not keyed)."""
+    return chained_page_keys(tokens, page_size, hash_bits)[0]
+
+
+def chained_page_keys(
+    tokens: np.ndarray, page_size: int, hash_bits: int = 64, first_page: int = 0, carry: int = 0
+) -> tuple[np.ndarray, int]:
+    """(uint64 keys of the full pages first_page, first_page + 1, ... of `tokens`, the chain's
+    carry after the last). The carry is the running sum h_0 + ... + h_k the keys mix (before
+    the `hash_bits` mask): a call from first_page with the carry of pages before it gives
+    `page_keys(tokens)[first_page:]`, so a prompt that grows is hashed only where it grew.
+    A call with no full page from first_page on returns no keys and the carry it was given."""
     if page_size < 1 or not 1 <= hash_bits <= 64:
         raise ValueError(
             f"page_size must be >= 1 and hash_bits in 1..64, got {page_size}, {hash_bits}"
         )
     num_full = tokens.shape[0] // page_size
-    if num_full == 0:
-        return np.zeros(0, dtype=np.uint64)
+    if num_full <= first_page:
+        return np.zeros(0, dtype=np.uint64), carry
     # int32 -> int64 -> uint64 keeps negative ids distinct (two's complement), never clips them.
     pages = (
-        tokens[: num_full * page_size].astype(np.int64).view(np.uint64).reshape(num_full, page_size)
+        tokens[first_page * page_size : num_full * page_size]
+        .astype(np.int64)
+        .view(np.uint64)
+        .reshape(num_full - first_page, page_size)
     )
     with np.errstate(over="ignore"):
         # The row sums as one integer matmul (the same sums mod 2**64, without a product
         # array as large as the prompt); a single-token page is one product.
         weights = _token_weights(page_size)
         content = pages @ weights if page_size > 1 else pages[:, 0] * weights[0]
-        positioned = mix64(content + np.arange(num_full, dtype=np.uint64) * _GOLDEN)
-        chained = mix64(np.cumsum(positioned, dtype=np.uint64))
+        position = np.arange(first_page, num_full, dtype=np.uint64)
+        sums = np.cumsum(mix64(content + position * _GOLDEN), dtype=np.uint64)
+        if carry:
+            sums += np.uint64(carry)
+        carry = int(sums[-1])
+        chained = mix64(sums)
     if hash_bits < 64:
         chained &= np.uint64((1 << hash_bits) - 1)
-    return chained
+    return chained, carry

@@ -122,16 +122,18 @@ class IndexBase(ABC):
         """Drop the pages from the lookup structure (the implementation's dicts)."""
 
     # -- linkage shared by the implementations -------------------------------------------------
-    def _link(self, pages: list[int], keys: list[int], parent: int) -> None:
-        """Record a chain of new pages under `parent` (pages[i] is the parent of pages[i + 1])."""
+    def _link(self, pages: list[int], keys: list[int], parent: int) -> np.ndarray | None:
+        """Record a chain of new pages under `parent` (pages[i] is the parent of pages[i + 1]).
+        Returns the pages as an int64 array (None for a single page)."""
         count = len(pages)
         if count == 1:  # a request indexing its generated tokens: one page at a time
             self._link_one(pages[0], keys[0], parent)
-            return
+            return None
         arr = np.array(pages, dtype=np.int64)
         if self.indexed[arr].any():  # a linked page changes its parent
             self.prefix.relinking()
-        self.page_key[arr] = keys
+        # (fromiter: half the cost of converting a list of 64-bit ints by assignment)
+        self.page_key[arr] = np.fromiter(keys, dtype=np.uint64, count=count)
         self.parent[arr[1:]] = arr[:-1]
         self.parent[arr[0]] = parent
         base = 0 if parent == ROOT else int(self.depth[parent])
@@ -141,8 +143,9 @@ class IndexBase(ABC):
         self.num_children[arr[-1]] = 0
         if parent != ROOT:
             self.num_children[parent] += 1
-        self.prefix.linked(pages, parent, base + count)
+        self.prefix.linked(pages, parent, base + count, arr)
         self.num_indexed += count
+        return arr
 
     def _link_one(self, page: int, key: int, parent: int) -> None:
         """`_link` of one page, with scalar writes (the same values)."""

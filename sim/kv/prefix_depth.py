@@ -48,13 +48,18 @@ class PrefixDepths:
         self.version = 0
 
     # -- links ---------------------------------------------------------------------------------
-    def linked(self, pages: list[int], parent: int, deepest: int) -> None:
+    def linked(
+        self, pages: list[int], parent: int, deepest: int, arr: np.ndarray | None = None
+    ) -> None:
         """A chain of new pages (parent first) was linked under `parent`; the last is at depth
-        `deepest`, which every page of the chain and their ancestors are raised to."""
+        `deepest`, which every page of the chain and their ancestors are raised to. arr: the
+        pages as an int64 array, when the caller has one (not converted again)."""
         if len(pages) == 1:
             self.values[pages[0]] = deepest
         else:
-            self.values[pages] = deepest
+            if arr is None:
+                arr = np.array(pages, dtype=np.int64)
+            self.values[arr] = deepest
         if len(self._waiting) >= MAX_WAITING:
             self.settle()
         entry = self._waiting.pop(parent, None) if self.lazy else None
@@ -66,10 +71,14 @@ class PrefixDepths:
                 self._raise_now(buffer, length, deepest)
         else:  # the chain goes on: its raise covers the last one's (the old tail stays held)
             buffer, length, _ = entry
-            buffer, length = _extend(buffer, length, (parent,))
-        if len(pages) > 1:
+            if length < buffer.size:  # (one scalar write: the usual case)
+                buffer[length] = parent
+                length += 1
+            else:
+                buffer, length = _extend(buffer, length, (parent,))
+        if arr is not None:
             start = length
-            buffer, length = _extend(buffer, length, pages[:-1])
+            buffer, length = _extend(buffer, length, arr[:-1])
             if self.lazy:
                 self._held[buffer[start:length]] += 1
         if self.lazy:

@@ -111,14 +111,7 @@ class TwoLevelIndex(IndexBase):
             return self._insert_trusting(pages, keys, parent, tokens)
         count = 0
         if not self.overflow:  # fast path: leading keys that nobody holds (this chain included)
-            slots = self.key_to_page
-            put, size = slots.setdefault, len(slots)
-            for key, page in zip(keys, pages, strict=True):
-                put(key, page)  # one dict operation: a taken key leaves the size as it was
-                if len(slots) == size:
-                    break
-                size += 1
-                count += 1
+            count = self._claim_leading(pages, keys)
         while count < len(pages):
             chain_parent = pages[count - 1] if count else parent
             if not self._insert_one(pages[count], keys[count], chain_parent, tokens[count]):
@@ -126,6 +119,25 @@ class TwoLevelIndex(IndexBase):
             count += 1
         self._link_run(pages, keys, tokens, 0, count, parent)
         return list(range(count))
+
+    def _claim_leading(self, pages: list[int], keys: list[int]) -> int:
+        slots = self.key_to_page
+        size = len(slots)
+        if len(keys) > 1 and slots.keys().isdisjoint(keys):
+            slots.update(zip(keys, pages, strict=True))
+            if len(slots) == size + len(keys):
+                return len(keys)
+            for key in keys:  # a key repeats within the chain: undo, claim one by one
+                slots.pop(key, None)
+        count = 0
+        put = slots.setdefault
+        for key, page in zip(keys, pages, strict=True):
+            put(key, page)  # one dict operation: a taken key leaves the size as it was
+            if len(slots) == size:
+                break
+            size += 1
+            count += 1
+        return count
 
     def _insert_trusting(
         self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray
@@ -159,8 +171,8 @@ class TwoLevelIndex(IndexBase):
             self._link(pages[start:end], keys[start:end], parent)
             self.token_table[pages[start]] = tokens[start]
         elif end > start:
-            self._link(pages[start:end], keys[start:end], parent)
-            self.token_table[pages[start:end]] = tokens[start:end]
+            arr = self._link(pages[start:end], keys[start:end], parent)
+            self.token_table[arr] = tokens[start:end]
 
     def stand_in(self, key: int) -> int | None:
         """hash_only: the page a request's unindexed page is trusted to be (the key's holder)."""
@@ -183,10 +195,10 @@ class TwoLevelIndex(IndexBase):
     def _forget(self, pages: np.ndarray) -> None:
         slots = self.key_to_page
         keys = self.page_key[pages].tolist()
-        if not self.overflow:  # every indexed page holds its key's slot: one dict operation each
-            for page, key in zip(pages.tolist(), keys, strict=True):
-                if slots.pop(key) != page:
-                    raise AssertionError(f"page {page} did not hold its slot")
+        if not self.overflow:  # every indexed page holds its key's slot: one C-level pass
+            held = pages.tolist()
+            if list(map(slots.pop, keys)) != held:
+                raise AssertionError(f"a page of {held} did not hold its slot")
             return
         for page, key, parent in zip(
             pages.tolist(), keys, self.parent[pages].tolist(), strict=True
