@@ -617,7 +617,7 @@ def calibrate_one(
 
 # Top-level sections of the calibration file that other runs measure (NCCL on two GPUs; the
 # engine's shared-pages decode fit): a re-calibration keeps them as they are.
-KEPT_SECTIONS = ("allreduce_nccl", "decode_shared_reads", "decode_ragged")
+KEPT_SECTIONS = ("allreduce_nccl", "decode_shared_reads", "decode_ragged", "prefill_batches")
 
 
 def merge_tables(old: dict | None, new_tables: list[dict], meta: dict) -> dict:
