@@ -40,9 +40,17 @@ except Exception:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
 
 
+# Gluon is experimental and its API changes between Triton releases (3.9's warp_specialize does
+# not take these partitions): the loops run only under the releases they were tested on.
+TESTED_TRITON = ("3.6",)
+
+
 def available(device: torch.device | str) -> bool:
-    """Gluon is importable and `device` is a CUDA device of compute capability 9.x."""
-    if not HAVE_GLUON:
+    """Gluon is importable, Triton is a tested release and `device` is a CUDA device of compute
+    capability 9.x."""
+    import triton
+
+    if not HAVE_GLUON or ".".join(triton.__version__.split(".")[:2]) not in TESTED_TRITON:
         return False
     dev = torch.device(device)
     if dev.type != "cuda" or not torch.cuda.is_available():
