@@ -408,3 +408,23 @@ def test_gluon_dtypes_scale_and_pages(dtype, variant):
     check([7 * SCALE, 0], [300, 230], group=8, sm_scale=1.5, gluon=variant)
     for page_size in (1, 8, 64):
         check([5 * SCALE, 3], [200, 150], group=8, page_size=page_size, gluon=variant)
+
+
+def test_gluon_choice(monkeypatch):
+    # Which Gluon loop (and its stages) a launch gets, where Gluon could run: loop 2 at 3 stages
+    # for 128-key tiles and 4 for 64 (next to a 128 x 128 Q in 227 KB); the Triton kernel for
+    # untested head dims, tiles that are not 128 rows, fp32, or variant 0.
+    from kernels import gluon_prefill as gp
+
+    if not gp.HAVE_GLUON:
+        pytest.skip("this Triton has no Gluon")
+    monkeypatch.setattr(gp, "available", lambda device: True)
+    bf16 = torch.bfloat16
+    kernel, consts = gp.choose(2, "cuda", 128, 128, 64, bf16)
+    assert kernel is gp.WS_KERNEL and consts["NS"] == 4 and consts["num_warps"] == 4
+    assert gp.choose(2, "cuda", 128, 128, 128, bf16)[1]["NS"] == 3
+    assert gp.choose(1, "cuda", 128, 128, 128, torch.float16)[0] is gp.KERNEL
+    for args in ((0, 128, 128, 64, bf16), (2, 64, 128, 64, bf16), (2, 128, 64, 64, bf16),
+                 (2, 128, 128, 64, torch.float32), (2, 128, 128, 32, bf16)):  # fmt: skip
+        assert gp.choose(args[0], "cuda", *args[1:]) is None, args
+    assert gp.ws_stages(256, 128) < 3  # loop 2 would not fit: the Triton kernel
