@@ -34,7 +34,7 @@ def least_loaded_index(views: Sequence[NodeView], among: Sequence[int] | None = 
     tied = [i for i, n in zip(candidates, outstanding, strict=True) if n == fewest]
     if len(tied) == 1:
         return tied[0]
-    return min(tied, key=lambda i: (views.load(i), i))
+    return min(zip(views.loads(tied), tied, strict=True))[1]  # lower load, then lower index
 
 
 class RoundRobin:

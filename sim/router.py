@@ -88,8 +88,23 @@ class Router:
             lambda at: self._load(nodes[at], views.outstanding()[at]),
             lambda: [len(q.waiting) + len(q.running) for q in queues],  # num_waiting + running
             lambda: cached,
+            lambda ats: self._loads(nodes, views.outstanding(), ats),
         )
         return views
+
+    def _loads(self, nodes: list[Node], outstanding: list[int], ats: list[int]) -> list[float]:
+        """`_load` of the nodes at these positions, in one pass (a tie of many nodes)."""
+        capacity = self.kv_capacity_tokens
+        return [
+            node_load(
+                (node := nodes[at]).used_tokens(),
+                node.waiting_prompt_tokens,
+                capacity,
+                outstanding[at],
+                node.cfg.max_num_seqs,
+            )
+            for at in ats
+        ]
 
     def _load(self, node: Node, outstanding: int) -> float:
         """NodeView.load of one node now, read without its free tokens (nor a span's sync)."""

@@ -82,6 +82,7 @@ class NodeViews(Seq[NodeView]):
         "_view",
         "_views",
         "_load_of",
+        "_loads_of",
         "_loads",
         "_outstanding_of",
         "_outstanding",
@@ -96,10 +97,13 @@ class NodeViews(Seq[NodeView]):
         load: Callable[[int], float],
         outstanding: Callable[[], list[int]],
         cached_prefix_tokens: Callable[[], list[int]],
+        loads: Callable[[list[int]], list[float]] | None = None,
     ):
         self._view = view  # position -> its NodeView
         self._views: list[NodeView | None] = [None] * num_nodes
         self._load_of = load  # position -> its NodeView's load
+        # positions -> their loads, in one pass (a tie of many nodes); default: one by one
+        self._loads_of = loads or (lambda ats: [load(i) for i in ats])
         self._loads: list[float | None] = [None] * num_nodes
         self._outstanding_of = outstanding
         self._outstanding: list[int] | None = None
@@ -118,6 +122,7 @@ class NodeViews(Seq[NodeView]):
             lambda i: built[i].load,
             lambda: [v.outstanding for v in built],
             lambda: [v.cached_prefix_tokens for v in built],
+            lambda ats: [built[i].load for i in ats],
         )
 
     def load(self, i: int) -> float:
@@ -127,6 +132,19 @@ class NodeViews(Seq[NodeView]):
             view = self._views[i]
             load = self._loads[i] = self._load_of(i) if view is None else view.load
         return load
+
+    def loads(self, positions: list[int]) -> list[float]:
+        """[self.load(i) for i in positions]: the loads not read yet read in one pass."""
+        known, views = self._loads, self._views
+        missing = [i for i in positions if known[i] is None]
+        if missing:
+            built = [i for i in missing if views[i] is not None]
+            for i in built:
+                known[i] = views[i].load  # type: ignore[union-attr]
+            unread = [i for i in missing if known[i] is None] if built else missing
+            for i, load in zip(unread, self._loads_of(unread), strict=True):
+                known[i] = load
+        return [known[i] for i in positions]  # type: ignore[misc]
 
     def outstanding(self) -> list[int]:
         """Each node's NodeView.outstanding (queued + running requests), in view order."""
