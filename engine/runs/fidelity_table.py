@@ -4,8 +4,9 @@
 
 One row per engine run: validation.json (kernels only: the step price as calibrated) and
 validation_heldout.json (plus the overhead terms measured on the probe run of the same model
-and TP), validation_heldout_l2.json and validation_heldout_ragged.json (the same with
-gpu.shared_page_reads: l2, gpu.ragged_decode: measured). Numbers are the files' own; nothing is recomputed here.
+and TP), validation_heldout_<term>.json (the same with one measured term on: gpu.shared_page_reads:
+l2, gpu.ragged_decode: measured, gpu.prefill_batch: measured; `all`: the three). Numbers are the
+files' own; nothing is recomputed here.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def main() -> None:
         ("validation_heldout.json", "held out"),
         ("validation_heldout_l2.json", "held out, shared page reads priced through L2"),
         ("validation_heldout_ragged.json", "held out, ragged decode batches priced as measured"),
+        ("validation_heldout_prefill.json", "held out, a step's prefill chunks as one launch"),
+        ("validation_heldout_all.json", "held out, all three measured terms"),
     ):
         print(f"\n{label} ({kind}):\n{HEADER}")
         for path in sorted(RUNS.glob(f"*/{kind}")):

@@ -41,9 +41,16 @@ GRID_NEW = (32, 128, 512, 2048)
 GRID_CTX = (0, 2048, 8192, 16384)
 SERVED_PER_RUN = 24
 # The runs whose steps are sampled, per shard (engine/check.py SHARED_SHARDS' names)
+# (round 5's runs: the layouts timed were drawn from them)
 SERVED = {
-    "llama-3-8b": ("seed_1node", "multi_turn", "shared_prefix", "azure_conv", "overhead_probe"),
-    "article-70b-tp2": ("article70b_tp2_shared_prefix", "article70b_tp2_overhead_probe"),
+    "llama-3-8b": tuple(
+        f"round5/{run}"
+        for run in ("seed_1node", "multi_turn", "shared_prefix", "azure_conv", "overhead_probe")
+    ),
+    "article-70b-tp2": (
+        "round5/article70b_tp2_shared_prefix",
+        "round5/article70b_tp2_overhead_probe",
+    ),
 }
 
 

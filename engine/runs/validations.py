@@ -5,8 +5,8 @@ tests/app/test_engine_runs.py recomputes and compares).
 
 Per run: validation.json (`kvsched validate RUN`: the kernels as calibrated). Per workload run
 (not a probe, not a repeat): validation_heldout.json (`--overhead-from` the probe of the same
-model and TP), and validation_heldout_l2.json / validation_heldout_ragged.json (the same with
-one measured decode term on). A run with a repeat beside it (`<run>_repeat/`, the same config
+model and TP), and validation_heldout_<term>.json (the same with one measured term on: l2, ragged,
+prefill; `all`: all three). A run with a repeat beside it (`<run>_repeat/`, the same config
 served again in the same device call) carries the engine's run-to-run errors (`--repeat`).
 """
 
@@ -22,6 +22,9 @@ RUNS = Path(__file__).resolve().parent
 DECODE_TERMS = {
     "l2": {"shared_page_reads": "l2"},
     "ragged": {"ragged_decode": "measured"},
+    "prefill": {"prefill_batch": "measured"},
+    # every measured term at once: one pricing for every workload
+    "all": {"shared_page_reads": "l2", "ragged_decode": "measured", "prefill_batch": "measured"},
 }
 
 
