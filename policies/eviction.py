@@ -108,4 +108,6 @@ class Scored:
         """The length term alone (the frequency term is >= 0): a lower bound at any time, and the
         very float the priority adds it as."""
         prefix_tokens = stats.prefix_pages[pages] * np.int64(stats.page_size)  # (int32 pages)
+        if self.p.length_weight == 1.0:  # 1.0 x tokens is the tokens as floats: one pass less
+            return prefix_tokens / 1000.0
         return self.p.length_weight * prefix_tokens / 1000.0

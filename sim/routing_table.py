@@ -9,14 +9,30 @@ chained page key names a whole prefix, so a set of keys per node is a radix tree
 The holders of a key are a bitmask (bit i = node i): one int per key keeps updates and prefix
 walks cheap. Both answer `matched_pages(keys)`: per node, the length of the longest prefix of the
 prompt it holds, walking from the first page as a cache lookup does.
+
+Up to DIRECT_MAX_NODES nodes, `RoutingTable` keeps no entries for a node whose index it may read
+(`watch`): a two-level index's level 1 holds exactly the keys its events would have left in the
+table (each indexed page holds its own key's slot) until a page first goes to its overflow, so
+the bisection, reading each probed key's holders from the kept entries and those level-1 dicts,
+gives the same matches as the table, without an entry update per page stored or evicted. From a
+node's first overflow page on, its entries are kept from its events again, starting from its
+level 1 as it then is (what its events had left).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from itertools import compress, repeat
 
 import numpy as np
+
+from sim.kv.prefix_index import TwoLevelIndex
+
+# Reading the slots costs a dict probe per node per key the bisection probes (~10-50 keys a
+# decision); the upkeep it saves, ~2 dict operations per page stored or evicted (~10^3 pages a
+# request). Past this many nodes the table keeps every node's entries.
+DIRECT_MAX_NODES = 16
 
 
 def longest_prefix(key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: int) -> np.ndarray:
@@ -28,9 +44,14 @@ def longest_prefix(key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: in
     O(changes x log pages) lookups instead of one per matched page. `longest_prefix_linear` is the
     page-by-page walk it must agree with (tests/sim/test_routing_table.py).
     """
+    return bisect_holders(key_to_nodes.get, keys, num_nodes)
+
+
+def bisect_holders(get: Callable[[int, int], int], keys: np.ndarray, num_nodes: int) -> np.ndarray:
+    """`longest_prefix` with the holders of a key given by get(key, 0)."""
     matched = np.zeros(num_nodes, dtype=np.int64)
     num_keys = keys.shape[0]
-    get, item = key_to_nodes.get, keys.item
+    item = keys.item
     first = get(item(0), 0) if num_keys else 0
     stack = [(0, num_keys, first, 0)]  # (lo, hi, holders(lo), holders(hi)); holders(num_keys) = 0
     while stack:
@@ -80,14 +101,47 @@ class RoutingTable:
 
     def __init__(self, num_nodes: int):
         self.num_nodes = num_nodes
-        self.key_to_nodes: dict[int, int] = {}  # page key -> bitmask of nodes caching it
+        self.entries: dict[int, int] = {}  # page key -> bitmask of the (kept) nodes caching it
         # One int object per node's bit: a key only one node holds shares it (at hundreds of
         # nodes a bitmask is a ~60-byte int; millions of keys would each hold a copy).
         self._bits = [1 << node for node in range(num_nodes)]
+        self._direct: dict[int, TwoLevelIndex] = {}  # node -> its index, read instead
+
+    def watch(self, node: int, index) -> None:
+        """`node`'s cache indexes into `index` (before any event of it): read it directly where
+        that gives the same answers (see the module docstring)."""
+        if (
+            self.num_nodes <= DIRECT_MAX_NODES
+            and isinstance(index, TwoLevelIndex)
+            and not index.overflow_used
+            and not len(index)
+        ):
+            self._direct[node] = index
+
+    def _keep(self, node: int) -> None:
+        """Keep `node`'s entries from now on: its level 1 is what its events had left."""
+        index = self._direct.pop(node)
+        table, bit = self.entries, self._bits[node]
+        for key in index.key_to_page:
+            table[key] = table.get(key, 0) | bit
+
+    @property
+    def key_to_nodes(self) -> Mapping[int, int]:
+        """Page key -> bitmask of the nodes caching it (kept entries and read indexes)."""
+        if not self._direct:
+            return self.entries
+        return _Holders(
+            self.entries, {self._bits[n]: i.key_to_page for n, i in self._direct.items()}
+        )
 
     def on_cache_event(self, event: str, keys: list[int], node: int) -> None:
         """A node stored (indexed) or removed (evicted) these pages."""
-        table, bit = self.key_to_nodes, self._bits[node]
+        direct = self._direct.get(node)
+        if direct is not None:
+            if not direct.overflow_used:
+                return  # its index answers for it
+            self._keep(node)  # (this event's pages are in its level 1 already)
+        table, bit = self.entries, self._bits[node]
         if event == "stored":
             if len(keys) > 1 and table.keys().isdisjoint(keys):  # all new: C-level passes
                 table.update(dict.fromkeys(keys, bit))
@@ -108,7 +162,47 @@ class RoutingTable:
         return [n for n in range(self.num_nodes) if holders >> n & 1]
 
     def matched_pages(self, keys: np.ndarray) -> np.ndarray:
-        return longest_prefix(self.key_to_nodes, keys, self.num_nodes)
+        for node in [n for n, index in self._direct.items() if index.overflow_used]:
+            self._keep(node)
+        if not self._direct:
+            return longest_prefix(self.entries, keys, self.num_nodes)
+        # the same bisection, each probed key's holders read from the entries and the slots
+        entries = self.entries.get
+        direct = [(self._bits[n], index.key_to_page) for n, index in self._direct.items()]
+
+        def holders(key: int, default: int) -> int:
+            found = entries(key, default)
+            for bit, slots in direct:
+                if key in slots:
+                    found |= bit
+            return found
+
+        return bisect_holders(holders, keys, self.num_nodes)
+
+
+class _Holders(Mapping[int, int]):
+    """Kept entries and directly read indexes as one key -> bitmask mapping (tests, reports)."""
+
+    def __init__(self, entries: dict[int, int], direct: dict[int, dict[int, int]]):
+        self._entries, self._direct = entries, direct  # direct: node bit -> its level 1
+
+    def __getitem__(self, key: int) -> int:
+        holders = self._entries.get(key, 0)
+        for bit, slots in self._direct.items():
+            if key in slots:
+                holders |= bit
+        if not holders:
+            raise KeyError(key)
+        return holders
+
+    def __iter__(self) -> Iterator[int]:
+        seen = dict.fromkeys(self._entries)
+        for slots in self._direct.values():
+            seen.update(dict.fromkeys(slots))
+        return iter(seen)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class ApproxPrefixTable:

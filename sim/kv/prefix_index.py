@@ -33,6 +33,9 @@ class TwoLevelIndex(IndexBase):
         self.token_copy = verify_tokens
         self.key_to_page: dict[int, int] = {}  # level 1: one slot per short key
         self.overflow: dict[tuple[int, int], list[int]] = {}  # (key, parent) -> colliding pages
+        # Until a page first goes to the overflow, level 1 holds exactly the keys of the indexed
+        # pages (each holds its own slot): the routing table may read it as the node's entries.
+        self.overflow_used = False
         self.token_table = np.zeros((num_pages, page_size), dtype=np.int32)
 
     # -- lookup ------------------------------------------------------------------------------
@@ -190,6 +193,7 @@ class TwoLevelIndex(IndexBase):
         if self.parent[holder] == parent and np.array_equal(self.token_table[holder], tokens):
             return False
         self.overflow.setdefault((key, parent), []).append(page)
+        self.overflow_used = True
         return True
 
     def _forget(self, pages: np.ndarray) -> None:
