@@ -42,6 +42,10 @@ FloorFn = Callable[[PageStats, np.ndarray], np.ndarray]
 CacheListener = Callable[[str, list[int], int], None]  # (event "stored"|"removed", page keys, node)
 INDEX_KINDS = ("two_level", "hash_only", "radix")
 GHOST_KEYS = 4096  # rejected segments remembered for admission on second sight
+# _pick ranks this many pages or fewer by one lexsort; past it (ties with the k-th: hundreds to
+# thousands of a prefix's pages) by `_pick_tied`, whose fixed cost is higher (measured crossover
+# ~900 pages)
+PICK_TIED_MIN = 1024
 _DEPTH_KEY = 2**31 - 1  # _pick_tied: deeper pages get lower keys (depths are int32)
 _PAGE_BITS = 2**32 - 1
 
@@ -413,7 +417,7 @@ class PagedKVCache:
                 kth = np.partition(priority, k - 1)[k - 1]
             keep = priority <= kth
             pages, priority = pages[keep], priority[keep]
-            if pages.size > k:  # more than k: pages tied with the k-th (a prefix's pages tie)
+            if pages.size > PICK_TIED_MIN:  # many ties with the k-th (a prefix's pages tie)
                 return self._pick_tied(pages, priority, kth, k)
         order = np.lexsort((pages, -self.index.depth[pages], priority))[:k]
         return pages[order]

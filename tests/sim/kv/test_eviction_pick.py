@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from policies.admission import Always, NoParams
 from policies.eviction import LRU
+from sim.kv import paged_cache
 from sim.kv.paged_cache import PagedKVCache
 
 NUM_PAGES = 64
@@ -34,14 +35,19 @@ def reference_pick(cache: PagedKVCache, pages: np.ndarray, priority: np.ndarray,
     levels=st.lists(st.sampled_from([0.0, -0.0, 0.5, 1.0, 2.5, np.inf]), min_size=NUM_PAGES),
     k=st.integers(1, NUM_PAGES),
     kth_given=st.booleans(),
+    tied_min=st.sampled_from([0, 8, paged_cache.PICK_TIED_MIN]),
 )
-def test_pick_is_the_lexsort_order(depths, picked, levels, k, kth_given):
+def test_pick_is_the_lexsort_order(depths, picked, levels, k, kth_given, tied_min):
     cache = cache_with_depths(depths)
     pages = np.array(picked, dtype=np.int64)
     priority = np.array(levels[: pages.size], dtype=np.float64)  # few levels: many ties
     k = min(k, pages.size)
     kth = np.partition(priority, k - 1)[k - 1] if kth_given else None
-    got = cache._pick(pages, priority, k, kth)
+    default, paged_cache.PICK_TIED_MIN = paged_cache.PICK_TIED_MIN, tied_min  # small rounds
+    try:  # take _pick_tied's path too
+        got = cache._pick(pages, priority, k, kth)
+    finally:
+        paged_cache.PICK_TIED_MIN = default
     assert got.tolist() == reference_pick(cache, pages, priority, k).tolist()
 
 
