@@ -75,6 +75,7 @@ class Cluster:
         if self.router.needs_prefix_match:  # the only reader of the table: else nobody keeps it
             for kv in self._paged:
                 kv.cache.listeners.append(self.table.on_cache_event)
+                self.table.watch(kv.cache.node_id, kv.cache.index)  # reads its level-1 slots
         self._failures_in_a_row = 0  # closed loop: consecutive requests that can never fit
         self._in_flight = 0  # dispatched, not yet finished or failed
         self.sequences: list[Sequence] = []
