@@ -675,7 +675,9 @@ def main() -> None:
     ap.add_argument("--prefixes", type=int, nargs="+", default=list(SHARED_PREFIXES))
     ap.add_argument("--batches", type=int, nargs="+", default=list(SHARED_BATCHES))
     ap.add_argument("--tails", type=int, nargs=2, default=[128, 384], metavar=("LO", "HI"))
-    ap.add_argument("--layouts", default=None, help="decode_served: the served batches' JSON")
+    ap.add_argument(
+        "--layouts", default=None, help="decode_served, prefill_batches: the steps' JSON to time"
+    )
     ap.add_argument("--runs", nargs="+", help="decode_step_served: only these runs' batches")
     ap.add_argument("--means", type=int, nargs="+", default=[2048, 8192], help="decode_ragged")
     ap.add_argument(
@@ -717,6 +719,8 @@ def main() -> None:
                         SHAPES[args.shape], w, device, steps, args.pool_pages
                     )
         if args.only == "prefill_batches":  # per shard: {"steps": [[[new, ctx], ...], ...]}
+            if not args.layouts:
+                ap.error("--only prefill_batches needs --layouts FILE (prefill_batches.py layouts)")
             with open(args.layouts) as f:
                 served = json.load(f)
             for shard, (model, tp) in SHARED_SHARDS.items():

@@ -476,9 +476,9 @@ def _with_gpu(run: EngineRun, fields: dict) -> EngineRun:
     return EngineRun(run.cfg.model_copy(update={"gpu": gpu}), run.requests, run.steps)
 
 
-def _pricing(run: EngineRun, decode_terms: dict[str, str] | None) -> EngineRun:
+def _pricing(run: EngineRun, measured_terms: dict[str, str] | None) -> EngineRun:
     """The run priced with these `gpu.` decode terms instead of its config's."""
-    return _with_gpu(run, decode_terms) if decode_terms else run
+    return _with_gpu(run, measured_terms) if measured_terms else run
 
 
 def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> EngineRun:
@@ -604,21 +604,22 @@ def _finite(result: dict) -> dict:
 def validate(
     run_dir: Path,
     overhead_from: Path | None = None,
-    decode_terms: dict[str, str] | None = None,
+    measured_terms: dict[str, str] | None = None,
     repeat: Path | None = None,
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The fidelity numbers and the tables the validation report draws. `overhead_from`: an
     engine run whose measured per-step overheads are added to the price (held out: measured
-    there, judged here). `decode_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` /
-    `gpu.prefill_batch` values to price with instead of the run config's. `repeat`: another engine run of the same config,
-    compared with this one as the simulation is (`repeat_errors`)."""
-    run = _pricing(load_engine_run(run_dir), decode_terms)
+    there, judged here). `measured_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` /
+    `gpu.prefill_batch` values to price with instead of the run config's. `repeat`: another
+    engine run of the same config, compared with this one as the simulation is
+    (`repeat_errors`)."""
+    run = _pricing(load_engine_run(run_dir), measured_terms)
     requests, num_clients = measured_requests(run)
     counts, replayed = replay(run, requests)
     measured = measured_overheads(run, replayed)
     if overhead_from is not None:
         source = f"measured on {overhead_from.name} (kvsched validate)"
-        probe = _pricing(load_engine_run(overhead_from), decode_terms)
+        probe = _pricing(load_engine_run(overhead_from), measured_terms)
         _, probe_steps = replay(probe, measured_requests(probe)[0])
         run = with_overheads(run, measured_overheads(probe, probe_steps), source)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
@@ -726,9 +727,9 @@ def cmd_validate(args) -> int:
         "ragged_decode": args.ragged_decode,
         "prefill_batch": args.prefill_batch,
     }
-    decode_terms = {k: v for k, v in terms.items() if v is not None}
+    measured_terms = {k: v for k, v in terms.items() if v is not None}
     repeat = None if args.repeat is None else Path(args.repeat)
-    result, tables = validate(Path(args.run_dir), overhead_from, decode_terms, repeat)
+    result, tables = validate(Path(args.run_dir), overhead_from, measured_terms, repeat)
     print("\n".join(summary_lines(result)))
     if args.json:
         text = json.dumps(result, indent=2) + "\n"

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sim.config import GpuConfig, ModelConfig
+from sim.latency.base import StepShape
 from sim.latency.calibrated import calibrated_latency_for
 from sim.latency.factory import CALIBRATION_DIR
 from sim.latency.prefill_batch import COEFFICIENTS, fit_prefill_batch
+from sim.presets import GPU_PRESETS, MODEL_PRESETS
 
 RUNS = Path(__file__).resolve().parent
 ROOT = RUNS.parents[1]
@@ -105,29 +109,40 @@ def _summary(errors: np.ndarray) -> dict:
     }
 
 
-def fit_shard(shard: str, rows: list[dict], grid_size: int, sms: int) -> dict:
-    """The launch model fitted to the shard's grid steps and single chunks, judged on its served
-    steps of 2+ chunks; the table sum's error on those beside it."""
-    from sim.config import GpuConfig, ModelConfig
-    from sim.presets import GPU_PRESETS, MODEL_PRESETS
-
+def shard_model(shard: str) -> tuple[ModelConfig, int]:
+    """The model preset and TP degree of an attention shard of engine/check.py."""
     name, tp = SHARDS[shard]
-    model_cfg = ModelConfig(name=name, **MODEL_PRESETS[name])
+    return ModelConfig(name=name, **MODEL_PRESETS[name]), tp
+
+
+def table_ms(shard: str) -> Callable[[int, int], float]:
+    """One layer's prefill price of one chunk (new tokens, context) from the calibration's
+    table, as the simulator prices it (the default pricing, one chunk per launch)."""
+    model, tp = shard_model(shard)
+    latency = calibrated_latency_for(model, GpuConfig(**GPU_PRESETS["h200"]), tp, CALIBRATION_DIR)
+    assert latency is not None
+    return lambda n, c: (
+        latency.parts(StepShape([n], [c], 0, 0))["prefill_attn_s"] * 1e3 / (model.num_layers)
+    )
+
+
+def fit_shard(shard: str, rows: list[dict], grid_size: int, sms: int) -> dict:
+    """The launch model fitted to the shard's grid steps and their chunks alone (none of the
+    served steps' timings), judged on its served steps of 2+ chunks as the simulator prices
+    them (the model, never below the costliest chunk's table price) and as the table's sum."""
+    model_cfg, tp = shard_model(shard)
     heads = (model_cfg.num_q_heads // tp, model_cfg.num_kv_heads // tp)
-    alone = {tuple(c): ms for r in rows for c, ms in zip(r["chunks"], r["alone_ms"], strict=True)}
     grid = [r for r in rows[:grid_size] if sum(n for n, _ in r["chunks"]) <= STEP_TOKENS]
-    points = [(r["chunks"], r["batched_ms"]) for r in grid]
+    alone = {tuple(c): ms for r in grid for c, ms in zip(r["chunks"], r["alone_ms"], strict=True)}
+    points = [(r["chunks"], r["batched_ms"]) for r in grid if len(r["chunks"]) > 1]
     points += [([chunk], ms) for chunk, ms in alone.items()]
     model, fit_err = fit_prefill_batch(points, heads[0] // heads[1], heads[1], BLOCK_M, sms)
     served = [r for r in rows[grid_size:] if len(r["chunks"]) > 1]
-    table = calibrated_latency_for(model_cfg, GpuConfig(**GPU_PRESETS["h200"]), tp, CALIBRATION_DIR)
-    assert table is not None
+    table = table_ms(shard)
 
-    def table_sum(chunks) -> float:
-        return sum(table._prefill(float(n), float(c)) for n, c in chunks)
-
-    def model_ms(chunks) -> float:
-        return model.ms([n for n, _ in chunks], [c for _, c in chunks])
+    def priced(chunks) -> float:
+        alone_prices = [table(n, c) for n, c in chunks]
+        return max(model.ms([n for n, _ in chunks], [c for _, c in chunks]), max(alone_prices))
 
     measured = np.array([r["batched_ms"] for r in served])
     return {
@@ -139,11 +154,9 @@ def fit_shard(shard: str, rows: list[dict], grid_size: int, sms: int) -> dict:
         "sms": sms,
         **dict(zip(COEFFICIENTS, (round(v, 6) for v in model.coef), strict=True)),
         "fit": _summary(fit_err),
-        "held_out_served": _summary(
-            np.array([model_ms(r["chunks"]) for r in served]) / measured - 1
-        ),
+        "held_out_served": _summary(np.array([priced(r["chunks"]) for r in served]) / measured - 1),
         "table_sum_served": _summary(
-            np.array([table_sum(r["chunks"]) for r in served]) / measured - 1
+            np.array([sum(table(n, c) for n, c in r["chunks"]) for r in served]) / measured - 1
         ),
     }
 
@@ -176,8 +189,9 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="fit: store it in the calibration file")
     args = ap.parse_args()
     if args.what == "layouts":
-        args.file.write_text(json.dumps(layouts()) + "\n")
-        print(f"{args.file}: {sum(len(v['steps']) for v in layouts().values())} steps")
+        out = layouts()
+        args.file.write_text(json.dumps(out) + "\n")
+        print(f"{args.file}: {sum(len(v['steps']) for v in out.values())} steps")
     elif args.what == "compare":
         compare(json.loads(args.file.read_text()))
     else:

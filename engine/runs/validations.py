@@ -19,7 +19,7 @@ from pathlib import Path
 from kvsched.validate import validate
 
 RUNS = Path(__file__).resolve().parent
-DECODE_TERMS = {
+MEASURED_TERMS = {
     "l2": {"shared_page_reads": "l2"},
     "ragged": {"ragged_decode": "measured"},
     "prefill": {"prefill_batch": "measured"},
@@ -70,7 +70,7 @@ def main() -> None:
             continue
         probe = probe_for(run_dir)
         write(validate(run_dir, probe, repeat=repeat)[0], run_dir / "validation_heldout.json")
-        for name, terms in DECODE_TERMS.items():
+        for name, terms in MEASURED_TERMS.items():
             result = validate(run_dir, probe, terms, repeat)[0]
             write(result, run_dir / f"validation_heldout_{name}.json")
 

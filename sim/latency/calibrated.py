@@ -10,7 +10,9 @@ A step costs
   layers x (gemm(T) + decode_attn(B, mean ctx) + sum over chunks prefill_attn(n, c)
             + all-reduce) + lm_head(B + chunks)
 with T = new prefill tokens + B. `prefill_attn` is timed from our paged prefill kernel (table
-version 2; version 1 files timed SDPA). The tensor-parallel all-reduce comes from the file's
+version 2; version 1 files timed SDPA), one chunk per launch; with `gpu.prefill_batch: measured`
+a step's chunks are priced as the one launch the engine runs them in (sim/latency/prefill_batch.py:
+the file's `prefill_batches` model, never below the costliest chunk's table time). The tensor-parallel all-reduce comes from the file's
 `allreduce_nccl` section (two bf16 all-reduces of T x hidden per layer, measured through NCCL on
 two H200s) when it has one for this tp and hidden size; otherwise it keeps the roofline's term
 (`RooflineLatency.allreduce_s`), and the breakdown names which (`allreduce_nccl_s` or
@@ -27,6 +29,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -345,15 +348,17 @@ class CalibratedLatency:
                 decode_attn *= self.ragged.factor(real_mean, shape.decode_ctx_max)
         prefill_attn = 0.0
         if new:
-            if self.prefill_batch is not None and sum(n > 0 for n in new) > 1:
-                per_layer = self.prefill_batch.ms(new, shape.prefill_ctx)
+            prefill = self._prefill
+            alone = [
+                prefill(float(n), float(c))
+                for n, c in zip(new, shape.prefill_ctx, strict=True)
+                if n > 0
+            ]
+            if self.prefill_batch is not None and len(alone) > 1:
+                # one launch, never below its costliest chunk alone (prefill_batch.py)
+                per_layer = max(self.prefill_batch.ms(new, shape.prefill_ctx), max(alone))
             else:
-                prefill = self._prefill
-                per_layer = sum(
-                    prefill(float(n), float(c))
-                    for n, c in zip(new, shape.prefill_ctx, strict=True)
-                    if n > 0
-                )
+                per_layer = sum(alone)
             prefill_attn = layers * per_layer * 1e-3
         return (
             layers * self._gemm(tokens) * 1e-3,
@@ -416,8 +421,14 @@ def _shared_reads(data: dict, gpu: Any, path: Path) -> SharedReads | None:
 
 
 def _measured_entry(
-    data: dict, gpu: Any, path: Path, field: str, on_off: tuple[str, str], key: str
-) -> dict | None:
+    data: dict,
+    gpu: Any,
+    path: Path,
+    field: str,
+    on_off: tuple[str, str],
+    key: str,
+    fit: str = "engine/runs/fit_shared_reads.py --write",
+) -> Any:
     """The file's `key` entry when `gpu.<field>` is on (on_off[0]), None when it is off; a
     missing entry is an error naming the field, the file and the way out."""
     if getattr(gpu, field, on_off[1]) != on_off[0]:
@@ -425,8 +436,7 @@ def _measured_entry(
     entry = data.get(key)
     if entry is None:
         raise CalibrationError(
-            f"gpu.{field}: {on_off[0]} needs a {key} entry in {path.name} "
-            f"(engine/runs/fit_shared_reads.py --write); use {on_off[1]}"
+            f"gpu.{field}: {on_off[0]} needs a {key} entry in {path.name} ({fit}); use {on_off[1]}"
         )
     return entry
 
@@ -461,28 +471,49 @@ def _ragged(data: dict, gpu: Any, path: Path) -> RaggedDecode | None:
 
 def _prefill_batch(data: dict, gpu: Any, path: Path, model: Any, tp: int) -> PrefillBatch | None:
     """The measured launch model of this attention shard when `gpu.prefill_batch` asks for it."""
-    if getattr(gpu, "prefill_batch", "sum") != "measured":
+    fit = "engine/runs/prefill_batches.py fit FILE --write"
+    entries = _measured_entry(
+        data, gpu, path, "prefill_batch", ("measured", "sum"), "prefill_batches", fit
+    )
+    if entries is None:
         return None
+    if not isinstance(entries, list):
+        raise CalibrationError(f"prefill_batches: needs a list of shards, got {entries!r}")
     shard = (model.num_q_heads // tp, model.num_kv_heads // tp, model.head_dim)
-    for entry in data.get("prefill_batches", []):
-        try:
-            heads = (int(entry["q_heads"]), int(entry["kv_heads"]), int(entry["head_dim"]))
-            if heads != shard:
-                continue
-            coef = tuple(float(entry[k]) for k in COEFFICIENTS)
-            block_m, sms = int(entry["block_m"]), int(entry["sms"])
-        except (TypeError, KeyError, ValueError, OverflowError) as exc:
-            raise CalibrationError(
-                f"prefill_batches: needs heads, block_m, sms and numbers {COEFFICIENTS}, got {entry!r}"
-            ) from exc
-        if block_m < 16 or sms < 1:
-            raise CalibrationError(f"prefill_batches: needs block_m >= 16, sms >= 1, got {entry!r}")
-        return PrefillBatch(coef, shard[0] // shard[1], shard[1], block_m, sms)  # type: ignore[arg-type]
+    for entry in entries:
+        found = _prefill_batch_entry(entry, shard)
+        if found is not None:
+            return found
     raise CalibrationError(
         f"gpu.prefill_batch: measured needs a prefill_batches entry for {shard[0]} query / "
         f"{shard[1]} KV heads of {shard[2]} in {path.name} (engine/runs/prefill_batches.py fit "
         "--write); use sum"
     )
+
+
+def _prefill_batch_entry(entry: Any, shard: tuple[int, int, int]) -> PrefillBatch | None:
+    """One `prefill_batches` entry as the model when it is this shard's, checked."""
+    try:
+        heads = (int(entry["q_heads"]), int(entry["kv_heads"]), int(entry["head_dim"]))
+        coef = tuple(float(entry[k]) for k in COEFFICIENTS)
+        block_m, sms = int(entry["block_m"]), int(entry["sms"])
+    except (TypeError, KeyError, ValueError, OverflowError) as exc:
+        raise CalibrationError(
+            f"prefill_batches: an entry needs q_heads, kv_heads, head_dim, block_m, sms and "
+            f"numbers {COEFFICIENTS}, got {entry!r}"
+        ) from exc
+    if heads != shard:
+        return None
+    group = heads[0] // heads[1]
+    padded = 1 << (max(1, group) - 1).bit_length()
+    if block_m & (block_m - 1) or block_m < max(16, padded) or sms < 1:
+        raise CalibrationError(
+            f"prefill_batches: needs block_m a power of two >= 16 and >= the padded group "
+            f"{padded}, sms >= 1, got {entry!r}"
+        )
+    if not all(math.isfinite(c) for c in coef):
+        raise CalibrationError(f"prefill_batches: coefficients must be finite, got {entry!r}")
+    return PrefillBatch(coef, group, heads[1], block_m, sms)  # type: ignore[arg-type]
 
 
 def shared_reads_from(entry: Any) -> SharedReads | None:

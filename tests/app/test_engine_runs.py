@@ -72,10 +72,10 @@ def test_overheads_measured_on_the_probe_judged_on_the_workloads(run_dir):
     assert_committed(result, run_dir / "validation_heldout.json")
 
 
-DECODE_TERMS = runs.DECODE_TERMS
+MEASURED_TERMS = runs.MEASURED_TERMS
 WITH_TERMS = sorted(
     (p.parent, name)
-    for name in DECODE_TERMS
+    for name in MEASURED_TERMS
     for p in RUNS.glob(f"*/validation_heldout_{name}.json")
 )
 
@@ -83,14 +83,15 @@ WITH_TERMS = sorted(
 @pytest.mark.parametrize(
     ("run_dir", "name"), WITH_TERMS, ids=[f"{p.name}-{n}" for p, n in WITH_TERMS]
 )
-def test_held_out_with_a_measured_decode_term_on(run_dir, name):
-    """The same, with a measured decode batch term on (gpu.shared_page_reads: l2, or
-    gpu.ragged_decode: measured)."""
+def test_held_out_with_measured_terms_on(run_dir, name):
+    """The same, with measured terms on (engine/runs/validations.py MEASURED_TERMS:
+    gpu.shared_page_reads: l2, gpu.ragged_decode: measured, gpu.prefill_batch: measured, or all
+    three)."""
     needs_trace_slice(run_dir)
     result, _ = validate(
-        run_dir, runs.probe_for(run_dir), DECODE_TERMS[name], runs.repeat_for(run_dir)
+        run_dir, runs.probe_for(run_dir), MEASURED_TERMS[name], runs.repeat_for(run_dir)
     )
-    for field, value in DECODE_TERMS[name].items():
+    for field, value in MEASURED_TERMS[name].items():
         assert result[field] == value
     assert_committed(result, run_dir / f"validation_heldout_{name}.json")
 
