@@ -115,3 +115,36 @@ def place_prompt(cache, tokens: np.ndarray, page: int, now: float):
     pages = list(match.pages) + allocated
     cache.store_pages(pages, keys, tokens, len(match.pages), tokens.size // page, now)
     return allocated, pages
+
+
+def prefix_affinity_cluster(nodes: int, clients: int, duration_s: float, cache: dict | None = None):
+    """Llama-3-8B nodes with a ~400-page KV pool each, routed by prefix affinity: random prompts
+    behind a 128-token shared head force evictions. `cache`: `cache.` fields to set."""
+    from policies import make_policy
+    from sim.cluster import Cluster
+    from sim.config import parse_config
+    from workloads.registry import make_workload
+
+    raw = {
+        "seed": 3,
+        "duration_s": duration_s,
+        "model": "llama-3-8b",
+        "cluster": {"num_nodes": nodes},
+        "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
+        "policies": {"routing": {"name": "prefix_affinity"}},
+        "workload": {
+            "name": "seed",
+            "params": {
+                "num_clients": clients,
+                "input_min": 256,
+                "input_max": 1024,
+                "long_share": 0.0,
+                "system_prompt_tokens": 128,
+                "output_min": 4,
+                "output_max": 8,
+            },
+        },
+    }
+    cfg = parse_config({**raw, "cache": cache} if cache else raw)
+    workload = make_workload("seed", cfg.workload.params, np.random.default_rng(0))
+    return Cluster(cfg, workload, np.random.default_rng(1), make_policy)

@@ -6,11 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import make_policy
 from sim.cluster import Cluster
-from sim.config import parse_config
 from sim.routing_table import ApproxPrefixTable, RoutingTable, longest_prefix, longest_prefix_linear
-from workloads.registry import make_workload
+from tests.helpers import prefix_affinity_cluster
 
 
 def keys(*values: int) -> np.ndarray:
@@ -93,30 +91,7 @@ def test_bisection_equals_the_linear_walk_on_prefix_closed_tables(steps, query):
 
 def small_cluster() -> Cluster:
     """Two Llama-3-8B nodes with a ~400-page KV pool each: random prompts force evictions."""
-    cfg = parse_config(
-        {
-            "seed": 3,
-            "duration_s": 40,
-            "model": "llama-3-8b",
-            "cluster": {"num_nodes": 2},
-            "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
-            "policies": {"routing": {"name": "prefix_affinity"}},
-            "workload": {
-                "name": "seed",
-                "params": {
-                    "num_clients": 6,
-                    "input_min": 256,
-                    "input_max": 1024,
-                    "long_share": 0.0,
-                    "system_prompt_tokens": 128,
-                    "output_min": 4,
-                    "output_max": 8,
-                },
-            },
-        }
-    )
-    workload = make_workload("seed", cfg.workload.params, np.random.default_rng(0))
-    return Cluster(cfg, workload, np.random.default_rng(1), make_policy)
+    return prefix_affinity_cluster(nodes=2, clients=6, duration_s=40)
 
 
 def cached_keys(node) -> set[int]:

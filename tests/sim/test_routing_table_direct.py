@@ -5,42 +5,16 @@ overflow pages, from which a node's entries are kept again) and with hash-only i
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from policies import make_policy
 from sim.cluster import Cluster
-from sim.config import parse_config
 from sim.routing_table import RoutingTable
-from workloads.registry import make_workload
+from tests.helpers import prefix_affinity_cluster
 
 
 def cluster_with(index: str, hash_bits: int, nodes: int) -> Cluster:
-    cfg = parse_config(
-        {
-            "seed": 3,
-            "duration_s": 30,
-            "model": "llama-3-8b",
-            "cluster": {"num_nodes": nodes},
-            "node": {"num_gpus": 1, "tp": 1, "kv_memory_fraction": 0.12},
-            "cache": {"index": index, "hash_bits": hash_bits},
-            "policies": {"routing": {"name": "prefix_affinity"}},
-            "workload": {
-                "name": "seed",
-                "params": {
-                    "num_clients": 4 * nodes,
-                    "input_min": 256,
-                    "input_max": 1024,
-                    "long_share": 0.0,
-                    "system_prompt_tokens": 128,
-                    "output_min": 4,
-                    "output_max": 8,
-                },
-            },
-        }
-    )
-    workload = make_workload("seed", cfg.workload.params, np.random.default_rng(0))
-    return Cluster(cfg, workload, np.random.default_rng(1), make_policy)
+    cache = {"index": index, "hash_bits": hash_bits}
+    return prefix_affinity_cluster(nodes, clients=4 * nodes, duration_s=30, cache=cache)
 
 
 @pytest.mark.parametrize(
