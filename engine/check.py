@@ -354,11 +354,7 @@ def _prefill_layer_ms(shape, k, v, chunks: list[tuple[int, int]], rng) -> float:
 
     new = [n for n, _ in chunks]
     lens = [n + c for n, c in chunks]
-    pages = [-(-n // PAGE) for n in lens]
-    perm = rng.permutation(k.shape[0])[: sum(pages)]
-    table = np.zeros((len(chunks), max(pages)), dtype=np.int32)
-    for row, start, count in zip(table, np.cumsum([0, *pages[:-1]]), pages, strict=True):
-        row[:count] = perm[start : start + count]
+    table = _table(distinct_rows(np.array(lens)), rng.permutation(k.shape[0]))
     dev = k.device
     group = shape.num_q_heads // shape.num_kv_heads
     plan = plan_prefill(new, lens, shape.num_kv_heads, group, device=dev)
@@ -484,6 +480,12 @@ def decode_step_shared(
     return out
 
 
+def distinct_rows(lens: np.ndarray) -> list[list[int]]:
+    """Page indices of requests of these lengths (tokens), each on pages of its own, in order."""
+    pages = -(-np.asarray(lens, dtype=np.int64) // PAGE)
+    return [r.tolist() for r in np.split(np.arange(int(pages.sum())), np.cumsum(pages)[:-1])]
+
+
 def _table(rows: list[list[int]], pages: np.ndarray) -> np.ndarray:
     """Block tables of page indices `rows` (padded with page 0) mapped through `pages`."""
     table = np.zeros((len(rows), max(map(len, rows))), dtype=np.int32)
@@ -530,14 +532,11 @@ def _served_variants(step: dict, rng, pool_pages: int):
     """(name, block tables, lengths) of a served step: its own tables, the same lengths on
     distinct pages, equal lengths at the mean on distinct pages; each on a shuffled pool."""
     lens = np.array(step["lens"], dtype=np.int64)
-    pages = -(-lens // PAGE)
-    distinct = np.split(np.arange(int(pages.sum())), np.cumsum(pages)[:-1])
-    mean = int(round(lens.mean()))
-    equal = np.split(np.arange(len(lens) * -(-mean // PAGE)), len(lens))
+    mean = np.full(len(lens), int(round(lens.mean())))
     for name, rows, at in (
         ("served", served_rows(step), lens),
-        ("distinct", [r.tolist() for r in distinct], lens),
-        ("equal", [r.tolist() for r in equal], np.full(len(lens), mean)),
+        ("distinct", distinct_rows(lens), lens),
+        ("equal", distinct_rows(mean), mean),
     ):
         yield name, _table(rows, rng.permutation(pool_pages)), at
     if "ids" in step:  # the pages where the engine's pool had them (no shuffle)

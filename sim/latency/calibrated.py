@@ -37,7 +37,7 @@ import numpy as np
 
 from sim.config import ConfigError
 from sim.latency.base import StepShape
-from sim.latency.prefill_batch import COEFFICIENTS, PrefillBatch
+from sim.latency.prefill_batch import COEFFICIENTS, PrefillBatch, pow2
 from sim.latency.ragged import RaggedDecode
 from sim.latency.roofline import RooflineLatency
 from sim.latency.shared_reads import SharedReads
@@ -505,7 +505,7 @@ def _prefill_batch_entry(entry: Any, shard: tuple[int, int, int]) -> PrefillBatc
     if heads != shard:
         return None
     group = heads[0] // heads[1]
-    padded = 1 << (max(1, group) - 1).bit_length()
+    padded = pow2(group)
     if block_m & (block_m - 1) or block_m < max(16, padded) or sms < 1:
         raise CalibrationError(
             f"prefill_batches: needs block_m a power of two >= 16 and >= the padded group "

@@ -44,34 +44,28 @@ import numpy as np
 COEFFICIENTS = ("a", "k", "p", "s")
 
 
-def _pow2(n: int) -> int:
-    """The next power of two >= n (n >= 1)."""
+def pow2(n: int) -> int:
+    """The next power of two >= n (n >= 1): a GQA group padded as the kernel pads it."""
     return 1 << (max(1, n) - 1).bit_length()
-
-
-def tile_rows(new: Sequence[int], group: int, block_m: int) -> int:
-    """The tl.dot rows of the launch's query tiles (kernels/paged_prefill choose_block_q):
-    block_m, or fewer when the longest chunk needs fewer, at least 16."""
-    return min(block_m, max(16, _pow2(max(new, default=1) * _pow2(group))))
 
 
 def work_list(
     new: Sequence[int], ctx: Sequence[int], group: int, kv_heads: int, block_m: int
 ) -> tuple[int, int, int]:
-    """(programs, keys read, longest program's keys) of one launch over the chunks `new` tokens
-    over `ctx` cached tokens (chunks with no new token skipped), unsplit."""
+    """(programs, keys read, tile rows) of one unsplit launch over the chunks `new` tokens over
+    `ctx` cached tokens (chunks with no new token skipped). The tiles' tl.dot rows are the
+    kernel's (kernels/paged_prefill choose_block_q): block_m, or fewer when the longest chunk
+    needs fewer, at least 16."""
     chunks = [(n, c) for n, c in zip(new, ctx, strict=True) if n > 0]
-    if not chunks:
-        return 0, 0, 0
-    bq = max(1, tile_rows([n for n, _ in chunks], group, block_m) // _pow2(group))
+    rows = min(block_m, max(16, pow2(max((n for n, _ in chunks), default=1) * pow2(group))))
+    bq = max(1, rows // pow2(group))
     programs = keys = 0
     for n, c in chunks:
         tiles = -(-n // bq)
         programs += tiles
         # tile j reads the context and its chunk's keys up to its last row: c + min(n, (j+1) bq)
         keys += tiles * c + bq * tiles * (tiles - 1) // 2 + n
-    longest = max(n + c for n, c in chunks)
-    return programs * kv_heads, keys * kv_heads, longest
+    return programs * kv_heads, keys * kv_heads, rows
 
 
 def split_target(rows: int, sms: int) -> int:
@@ -105,9 +99,8 @@ def launch_features(
     new: Sequence[int], ctx: Sequence[int], group: int, kv_heads: int, block_m: int, sms: int
 ) -> tuple[float, ...]:
     """`features` of one launch over these chunks."""
-    target = split_target(tile_rows([n for n in new if n > 0], group, block_m), sms)
-    programs, keys, _ = work_list(new, ctx, group, kv_heads, block_m)
-    return features(programs, keys, sms, target)
+    programs, keys, rows = work_list(new, ctx, group, kv_heads, block_m)
+    return features(programs, keys, sms, split_target(rows, sms))
 
 
 # ([(new, context), ...] of one launch, measured ms)

@@ -19,7 +19,6 @@ from sim.latency.prefill_batch import (
     features,
     fit_prefill_batch,
     split_target,
-    tile_rows,
     work_list,
 )
 
@@ -30,25 +29,24 @@ def test_work_list_counts_the_kernels_query_tiles_and_the_keys_they_read():
     # GQA 4 (padded 4), block_m 128: the longest chunk (40 tokens, 160 rows) takes 128-row tiles
     # of 32 tokens. Chunk (40, 100): tiles over rows 0-31 (keys 100 + 32) and 32-39 (100 + 40);
     # chunk (5, 0): one tile (keys 5). Two KV heads: every count twice.
-    programs, keys, longest = work_list([40, 5, 0], [100, 0, 7], 4, 2, 128)
-    assert (programs, keys, longest) == (2 * 3, 2 * (132 + 140 + 5), 140)
+    programs, keys, rows = work_list([40, 5, 0], [100, 0, 7], 4, 2, 128)
+    assert (programs, keys, rows) == (2 * 3, 2 * (132 + 140 + 5), 128)
     # one short chunk: the tile shrinks to what it needs (16 rows: 4 tokens), no fewer
-    assert work_list([3], [10], 4, 1, 128) == (1, 13, 13)
-    assert work_list([9], [0], 4, 1, 128) == (1, 9, 9)  # 36 rows -> 64-row tile: 16 tokens
-    assert work_list([0], [50], 4, 1, 128) == (0, 0, 0)
+    assert work_list([3], [10], 4, 1, 128) == (1, 13, 16)
+    assert work_list([9], [0], 4, 1, 128) == (1, 9, 64)  # 36 rows -> 64-row tile: 16 tokens
+    assert work_list([0], [50], 4, 1, 128) == (0, 0, 16)
 
 
 def test_features_carry_the_split_offset_below_the_kernels_split_target():
     assert features(10, 5000, 132, 132) == (1.0, 5000 / 132 / 1e3, 10 / 132, 1.0)
     assert features(132, 5000, 132, 132) == (1.0, 5000 / 132 / 1e3, 1.0, 0.0)
     # tiles under 64 rows: the kernel aims at 2 programs per SM before it stops splitting
-    assert split_target(tile_rows([3], 4, 128), 132) == 264
-    assert split_target(tile_rows([40], 4, 128), 132) == 132
+    assert split_target(work_list([3], [0], 4, 1, 128)[2], 132) == 264
+    assert split_target(work_list([40], [0], 4, 1, 128)[2], 132) == 132
 
 
 def test_work_list_is_the_kernels_work_list():
-    """Programs, keys and the longest program of plan_prefill's own work list (unsplit: one SM)."""
-    pytest.importorskip("triton")
+    """Programs, keys and tile rows of plan_prefill's own work list (unsplit: one SM)."""
     from kernels.paged_prefill import plan_prefill
 
     rng = np.random.default_rng(1)
@@ -66,7 +64,7 @@ def test_work_list_is_the_kernels_work_list():
             continue
         work = plan.work.numpy()
         want = (len(work) * kv_heads, int((work[:, 3] - work[:, 2]).sum()) * kv_heads,
-                int(work[:, 3].max()))  # fmt: skip
+                plan.block_q * plan.group_p)  # fmt: skip
         assert work_list(new, ctx, group, kv_heads, 128) == want
 
 
