@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from engine.check import SHARED_SHARDS as SHARDS
 from engine.check import served_rows, shared_layouts, sharing
 from sim.cascade import shared_reads
 from sim.latency.calibrated import _Grid2
@@ -56,8 +57,6 @@ SERVED_TABLES = [
     ("layouts_round5_ids.json", "decode_served_ids.json"),
 ]
 CALIBRATION = "kernels/calibration/h200.json"
-# engine/check.py SHARED_SHARDS: the shard's name -> the calibration table it is priced from
-SHARDS = {"llama-3-8b": ("llama-3-8b", 1), "article-70b-tp2": ("article-70b", 2)}
 
 
 def shard_points(measured: dict) -> list[SharedPoint]:

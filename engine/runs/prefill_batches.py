@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from engine.check import SHARED_SHARDS as SHARDS
 from sim.config import GpuConfig, ModelConfig
 from sim.latency.base import StepShape
 from sim.latency.calibrated import calibrated_latency_for
@@ -38,8 +39,6 @@ ROOT = RUNS.parents[1]
 CALIBRATION = CALIBRATION_DIR / "h200.json"
 STEP_TOKENS = 8192  # the engine runs' step budget: no step holds more new tokens
 BLOCK_M = 128  # kernels/paged_prefill DEFAULT_PREFILL_CONFIG["block_m"] (the engine's plan)
-# engine/check.py SHARED_SHARDS: the shard's name -> (model preset, tp)
-SHARDS = {"llama-3-8b": ("llama-3-8b", 1), "article-70b-tp2": ("article-70b", 2)}
 GRID_CHUNKS = (1, 2, 4, 8)
 GRID_NEW = (32, 128, 512, 2048)
 GRID_CTX = (0, 2048, 8192, 16384)
