@@ -10,11 +10,12 @@ A step costs
   layers x (gemm(T) + decode_attn(B, mean ctx) + sum over chunks prefill_attn(n, c)
             + all-reduce) + lm_head(B + chunks)
 with T = new prefill tokens + B. `prefill_attn` is timed from our paged prefill kernel (table
-version 2; version 1 files timed SDPA), one chunk per launch; with `gpu.prefill_batch: measured`
-a step's chunks are priced as the one launch the engine runs them in (sim/latency/prefill_batch.py:
-the file's `prefill_batches` model, never below the costliest chunk's table time). The tensor-parallel all-reduce comes from the file's
-`allreduce_nccl` section (two bf16 all-reduces of T x hidden per layer, measured through NCCL on
-two H200s) when it has one for this tp and hidden size; otherwise it keeps the roofline's term
+version 2; version 1 files timed SDPA), one chunk per launch; with `gpu.prefill_batch:
+measured` a step's chunks are priced as the one launch the engine runs them in
+(sim/latency/prefill_batch.py: the file's `prefill_batches` model, never below the costliest
+chunk's table time). The tensor-parallel all-reduce comes from the file's `allreduce_nccl`
+section (two bf16 all-reduces of T x hidden per layer, measured through NCCL on two H200s) when
+it has one for this tp and hidden size; otherwise it keeps the roofline's term
 (`RooflineLatency.allreduce_s`), and the breakdown names which (`allreduce_nccl_s` or
 `allreduce_roofline_s`).
 
@@ -486,8 +487,7 @@ def _prefill_batch(data: dict, gpu: Any, path: Path, model: Any, tp: int) -> Pre
             return found
     raise CalibrationError(
         f"gpu.prefill_batch: measured needs a prefill_batches entry for {shard[0]} query / "
-        f"{shard[1]} KV heads of {shard[2]} in {path.name} (engine/runs/prefill_batches.py fit "
-        "--write); use sum"
+        f"{shard[1]} KV heads of {shard[2]} in {path.name} ({fit}); use sum"
     )
 
 
