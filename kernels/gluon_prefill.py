@@ -87,13 +87,20 @@ SMEM_BYTES = 232_448  # sm_90: shared memory one block may use
 WS_CONSUMER_REGS = 224  # setmaxnreg of the second consumer (the first gets what is left)
 WS_PRODUCER_REGS = 64
 WS_PRODUCER_WARPS = 4  # setmaxnreg works per warpgroup
+# Persistent loop 2 (variant 3): tiles the copy partition keeps in flight beyond the one the
+# consumers wait for (loop 2: 1), and a cap on its programs (None: one per SM; tests use it to
+# give each program many units).
+PS_READY_LAG = 2
+PS_MAX_PROGRAMS: int | None = None
 
 
-def ws_stages(head_dim: int, block_n: int) -> int:
+def ws_stages(head_dim: int, block_n: int, q_buffers: int = 1) -> int:
     """K/V stages of the warp-specialised loop that fit next to Q (>= 3: the copy partition
-    marks a tile ready one tile late, and a stage is released after its P @ V)."""
+    marks a tile ready one tile late, and a stage is released after its P @ V); the
+    persistent loop keeps two Q tiles (q_buffers=2)."""
     stage = 2 * block_n * head_dim * 2
-    return min(4, (SMEM_BYTES - 128 * head_dim * 2 - 4 * block_n - 1024) // stage)
+    q_bytes = q_buffers * 128 * head_dim * 2
+    return min(4, (SMEM_BYTES - q_bytes - 4 * block_n - 1024) // stage)
 
 
 def choose(
@@ -104,18 +111,21 @@ def choose(
     block_n: int,
     dtype: torch.dtype,
 ) -> tuple[Any, dict[str, int]] | None:
-    """(kernel, its launch constants) of Gluon variant 1 or 2 for these shapes, or None when
-    the Triton kernel must run (no Gluon / no sm_90 / a shape the loops are not written for)."""
-    if variant not in (1, 2) or not available(device):
+    """(kernel, its launch constants) of Gluon variant 1, 2 or 3 for these shapes, or None when
+    the Triton kernel must run (no Gluon / no sm_90 / a shape the loops are not written for).
+    Variant 3 (persistent loop 2) runs loop 2 where its two Q buffers leave < 3 stages."""
+    if variant not in (1, 2, 3) or not available(device):
         return None
     if not supports(head_dim, block_m, block_n, dtype):
         return None
     if variant == 1:
         return KERNEL, {"NUM_WARPS": 8, "num_warps": 8}
-    ns = ws_stages(head_dim, block_n)
+    ns = ws_stages(head_dim, block_n, q_buffers=2 if variant == 3 else 1)
+    if variant == 3 and ns < 3:
+        variant, ns = 2, ws_stages(head_dim, block_n)
     if ns < 3:
         return None
-    return WS_KERNEL, {
+    consts = {
         "NUM_WARPS": 4,
         "num_warps": 4,
         "NS": ns,
@@ -123,6 +133,9 @@ def choose(
         "C_REGS": WS_CONSUMER_REGS,
         "P_REGS": WS_PRODUCER_REGS,
     }
+    if variant == 2:
+        return WS_KERNEL, consts
+    return PS_KERNEL, {**consts, "LAG": min(PS_READY_LAG, ns - 2)}
 
 
 if HAVE_GLUON:
@@ -634,8 +647,326 @@ if HAVE_GLUON:
             [C_REGS, P_REGS],
         )  # fmt: skip
 
+    # ---- gluon = 3: persistent loop 2 (one CTA per SM takes (work item, KV head) units) ----
+
+    @gluon.jit
+    def _ps_unit(k, pid, n_prog, n_heads):
+        """The k-th unit of program pid: units u = item x n_heads + head (items longest first),
+        dealt in rounds of n_prog, every other round in reverse (a snake: the long and the
+        short units of a round go to different programs)."""
+        u = k * n_prog + pid + (k % 2) * (n_prog - 1 - 2 * pid)
+        return u // n_heads, u % n_heads
+
+    @gluon.jit
+    def _ps_count(pid, n_prog, n_units):
+        """Units of program pid (only the last round can be partial)."""
+        full = n_units // n_prog
+        last = pid + (full % 2) * (n_prog - 1 - 2 * pid)
+        return full + (last < n_units - full * n_prog).to(gl.int32)
+
+    @gluon.jit
+    def _ps_producer(
+        q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, cu_q_ptr, work_ptr,
+        stride_qt, stride_qh, stride_kp, stride_kh, stride_kt, stride_vp, stride_vh, stride_vt,
+        stride_btb, n_work, n_heads,
+        q_smem, k_smem, v_smem, pg_smem, ready, empty, q_empty,
+        GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_N: gl.constexpr,
+        HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, NS: gl.constexpr, P_WARPS: gl.constexpr,
+        LAG: gl.constexpr,
+    ):  # fmt: skip
+        """Per unit: Q (both 64-row halves, into the unit's Q buffer once both consumers are
+        done with the unit two back) with tile 0's copies, then every tile's K and V as in
+        loop 2. Tiles are counted across units (g), so the stage ring and its phases run on and
+        the next unit's first tiles are copied while the consumers finish this one. A tile is
+        marked ready once LAG later tiles' copies were issued (loop 2: 1), so LAG + 1 tiles'
+        copies can be in flight (LAG <= NS - 2: the consumers release a stage only after
+        waiting for the next tile)."""
+        CH: gl.constexpr = 16
+        TPW_D: gl.constexpr = HEAD_DIM // 8 if HEAD_DIM // 8 < 32 else 32
+        ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_D, TPW_D], [P_WARPS, 1], [1, 0])
+        pl: gl.constexpr = gl.BlockedLayout([1], [32], [P_WARPS], [0])
+        offs_c = gl.arange(0, CH, layout=gl.SliceLayout(1, ld))
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
+        offs_p = gl.arange(0, BLOCK_N, layout=pl)
+        pid = gl.program_id(0)
+        n_prog = gl.num_programs(0)
+        n_mine = _ps_count(pid, n_prog, n_work * n_heads)
+        g = 0  # tiles issued (all units so far)
+        rdy = 0  # tiles marked ready
+        n_prev = 0  # tiles of the previous unit
+        for k in range(n_mine):
+            item, kv_head = _ps_unit(k, pid, n_prog, n_heads)
+            w = work_ptr + item * 5
+            req = gl.load(w)
+            q_start = gl.load(w + 1)
+            kv_start = gl.load(w + 2)
+            kv_end = gl.load(w + 3)
+            q_begin = gl.load(cu_q_ptr + req)
+            n_new = gl.load(cu_q_ptr + req + 1) - q_begin
+            n_tiles = (kv_end - kv_start + BLOCK_N - 1) // BLOCK_N
+            k_head_ptr = k_cache_ptr + kv_head * stride_kh
+            v_head_ptr = v_cache_ptr + kv_head * stride_vh
+            table_ptr = block_tables_ptr + req * stride_btb
+            t0 = kv_start + offs_p
+            pg_first = gl.load(table_ptr + t0 // PAGE_SIZE, mask=t0 < kv_end, other=0)
+            # This unit's Q buffer is free once the consumers finished unit k - 2, which needs
+            # all its tiles ready: when unit k - 1 has fewer than LAG tiles, some are not yet
+            # marked (they would be after this unit's copies): mark them now.
+            if rdy < g - n_prev:
+                async_copy.wait_group(0)
+                gl.thread_barrier()
+                fence_async_shared()
+                for j in range(rdy, g):
+                    mbarrier.arrive(ready.index(j % NS))
+                rdy = g
+            qb = k % 2
+            mbarrier.wait(q_empty.index(qb), ((k // 2) & 1) ^ 1)
+            gl.thread_barrier()
+            pg_smem.store(pg_first)
+            for c in gl.static_range(128 // CH):
+                r = c * CH + offs_c
+                q_tok = q_start + r // GROUP_P
+                q_ok = (q_tok < n_new) & ((r % GROUP_P) < GROUP)
+                q_rows = (q_begin + q_tok).to(gl.int64) * stride_qt + (
+                    kv_head * GROUP + r % GROUP_P
+                ) * stride_qh
+                async_copy.async_copy_global_to_shared(
+                    q_smem.index(qb * 2 + c // (64 // CH)).slice((c % (64 // CH)) * CH, CH),
+                    q_ptr + q_rows[:, None] + offs_d[None, :],
+                    mask=q_ok[:, None],
+                )
+            for t in range(n_tiles):
+                gt = g + t
+                st = gt % NS
+                tok0 = kv_start + t * BLOCK_N
+                tn = tok0 + BLOCK_N + offs_p  # the next tile's page ids: loaded under the copies
+                pg_next = gl.load(table_ptr + tn // PAGE_SIZE, mask=tn < kv_end, other=0)
+                mbarrier.wait(empty.index(st), ((gt // NS) & 1) ^ 1)
+                gl.thread_barrier()
+                for c in gl.static_range(BLOCK_N // CH):
+                    tt = tok0 + c * CH + offs_c
+                    ok = tt < kv_end
+                    page = pg_smem.slice(c * CH, CH).load(gl.SliceLayout(1, ld)).to(gl.int64)
+                    krow = page * stride_kp + (tt % PAGE_SIZE) * stride_kt
+                    async_copy.async_copy_global_to_shared(
+                        k_smem.index(st).slice(c * CH, CH),
+                        k_head_ptr + krow[:, None] + offs_d[None, :],
+                        mask=ok[:, None],
+                    )
+                    vrow = page * stride_vp + (tt % PAGE_SIZE) * stride_vt
+                    async_copy.async_copy_global_to_shared(
+                        v_smem.index(st).slice(c * CH, CH),
+                        v_head_ptr + vrow[:, None] + offs_d[None, :],
+                        mask=ok[:, None],
+                    )
+                async_copy.commit_group()
+                gl.thread_barrier()  # every thread read this tile's page ids
+                pg_smem.store(pg_next)
+                if gt - LAG >= rdy:  # tile gt - LAG landed once <= LAG groups are in flight
+                    async_copy.wait_group(LAG)
+                    gl.thread_barrier()
+                    fence_async_shared()
+                    mbarrier.arrive(ready.index((gt - LAG) % NS))
+                    rdy = gt - LAG + 1
+            g += n_tiles
+            n_prev = n_tiles
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        fence_async_shared()
+        for j in range(rdy, g):
+            mbarrier.arrive(ready.index(j % NS))
+
+    @gluon.jit
+    def _ps_consumer(
+        q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+        seq_lens_ptr, cu_q_ptr, work_ptr, n_work, n_heads,
+        stride_ot, stride_oh, stride_lt, stride_lh,
+        stride_pos, stride_poh, stride_pls, stride_plh,
+        q_smem, k_smem, v_smem, ready, empty, q_empty,
+        GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_N: gl.constexpr,
+        HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr,
+        NS: gl.constexpr, C: gl.constexpr,
+    ):  # fmt: skip
+        """Loop 2's consumer over this program's units: Q comes from the copy partition (it
+        lands with the unit's first tile), the last tile's stage and the Q buffer are released
+        at the unit's end, then the rows are written while the next unit's tiles come in."""
+        ROWS: gl.constexpr = 64
+        dtype: gl.constexpr = q_ptr.dtype.element_ty
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+        )
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+        o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+        offs_r = C * ROWS + gl.arange(0, ROWS, layout=s_rows)
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        om = C * ROWS + gl.arange(0, ROWS, layout=o_rows)
+        od = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+        pid = gl.program_id(0)
+        n_prog = gl.num_programs(0)
+        n_mine = _ps_count(pid, n_prog, n_work * n_heads)
+        g = 0
+        for k in range(n_mine):
+            item, kv_head = _ps_unit(k, pid, n_prog, n_heads)
+            w = work_ptr + item * 5
+            req = gl.load(w)
+            q_start = gl.load(w + 1)
+            kv_start = gl.load(w + 2)
+            kv_end = gl.load(w + 3)
+            slot = gl.load(w + 4)
+            q_begin = gl.load(cu_q_ptr + req)
+            n_new = gl.load(cu_q_ptr + req + 1) - q_begin
+            ctx = gl.load(seq_lens_ptr + req) - n_new
+            n_tiles = (kv_end - kv_start + BLOCK_N - 1) // BLOCK_N
+            qb = k % 2
+            qs = q_smem.index(qb * 2 + C)
+            pos = ctx + q_start + offs_r // GROUP_P
+            free_end = gl.minimum(kv_end, ctx + q_start + 1) if CAUSAL else kv_end
+            free_end = kv_start + ((free_end - kv_start) // BLOCK_N) * BLOCK_N
+            acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=s_rows)
+
+            st0 = g % NS
+            mbarrier.wait(ready.index(st0), (g // NS) & 1)
+            s = warpgroup_mma(qs, k_smem.index(st0).permute((1, 0)), s_zero, use_acc=False)
+            p, m_i = _ws_softmax_tile(
+                s, m_i, kv_start, free_end, kv_end, pos, offs_n, qk_scale, CAUSAL
+            )
+            l_i = gl.sum(p, axis=1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            for t in range(1, n_tiles):
+                gt = g + t
+                st = gt % NS
+                pst = (gt - 1) % NS
+                mbarrier.wait(ready.index(st), (gt // NS) & 1)
+                s_tok = warpgroup_mma(
+                    qs, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True
+                )
+                acc_tok = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=[s_tok])
+                p, m_new = _ws_softmax_tile(
+                    s, m_i, kv_start + t * BLOCK_N, free_end, kv_end, pos, offs_n, qk_scale,
+                    CAUSAL,
+                )  # fmt: skip
+                alpha = gl.exp2(m_i - m_new)
+                l_i = l_i * alpha + gl.sum(p, axis=1)
+                m_i = m_new
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc_tok])
+                mbarrier.arrive(empty.index(pst))
+                acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+            lst = (g + n_tiles - 1) % NS
+            acc = warpgroup_mma(p_op, v_smem.index(lst), acc)
+            mbarrier.arrive(empty.index(lst))
+            mbarrier.arrive(q_empty.index(qb))
+            g += n_tiles
+
+            acc = acc / gl.convert_layout(l_i, o_rows)[:, None]
+            lse2 = m_i + gl.log2(l_i)
+            o_tok = q_start + om // GROUP_P
+            o_ok = (o_tok < n_new) & ((om % GROUP_P) < GROUP)
+            o_head = kv_head * GROUP + om % GROUP_P
+            l_tok = q_start + offs_r // GROUP_P
+            l_ok = (l_tok < n_new) & ((offs_r % GROUP_P) < GROUP)
+            l_head = kv_head * GROUP + offs_r % GROUP_P
+            if slot < 0:
+                o_off = (q_begin + o_tok).to(gl.int64) * stride_ot + o_head * stride_oh
+                gl.store(
+                    out_ptr + o_off[:, None] + od[None, :],
+                    acc.to(out_ptr.dtype.element_ty),
+                    mask=o_ok[:, None],
+                )
+                if WRITE_LSE:
+                    l_off = (q_begin + l_tok).to(gl.int64) * stride_lt + l_head * stride_lh
+                    gl.store(lse_ptr + l_off, lse2 * 0.6931471805599453, mask=l_ok)
+            else:
+                po = part_out_ptr + slot.to(gl.int64) * stride_pos + kv_head * stride_poh
+                gl.store(po + om[:, None] * HEAD_DIM + od[None, :], acc, mask=o_ok[:, None])
+                pl = part_lse_ptr + slot.to(gl.int64) * stride_pls + kv_head * stride_plh
+                gl.store(pl + offs_r, lse2, mask=l_ok)
+
+    @gluon.jit
+    def _ps_prefill_kernel(
+        q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, cu_q_ptr, work_ptr,
+        out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+        stride_qt, stride_qh, stride_kp, stride_kh, stride_kt, stride_vp, stride_vh, stride_vt,
+        stride_btb, stride_ot, stride_oh, stride_lt, stride_lh,
+        stride_pos, stride_poh, stride_pls, stride_plh, n_work, n_heads,
+        GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_Q: gl.constexpr,
+        BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
+        CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, NUM_WARPS: gl.constexpr,
+        NS: gl.constexpr, P_WARPS: gl.constexpr, C_REGS: gl.constexpr, P_REGS: gl.constexpr,
+        LAG: gl.constexpr,
+    ):  # fmt: skip
+        gl.static_assert(BLOCK_Q * GROUP_P == 128, "two consumer warpgroups of 64 rows")
+        gl.static_assert(LAG >= 1 and LAG <= NS - 2, "ready lag: 1 .. NS - 2")
+        dtype: gl.constexpr = q_ptr.dtype.element_ty
+        smem_layout: gl.constexpr = gl.NVMMASharedLayout(
+            swizzle_byte_width=128, element_bitwidth=16, rank=2
+        )
+        # Q: two units' buffers x two 64-row halves.
+        q_smem = gl.allocate_shared_memory(dtype, [4, 64, HEAD_DIM], smem_layout)
+        k_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, HEAD_DIM], smem_layout)
+        v_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, HEAD_DIM], smem_layout)
+        pg_smem = gl.allocate_shared_memory(
+            gl.int32, [BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0])
+        )
+        ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NS):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        for i in gl.static_range(2):
+            mbarrier.init(q_empty.index(i), count=2)
+        gl.warp_specialize(
+            [
+                (
+                    _ps_consumer,
+                    (
+                        q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+                        seq_lens_ptr, cu_q_ptr, work_ptr, n_work, n_heads,
+                        stride_ot, stride_oh, stride_lt, stride_lh,
+                        stride_pos, stride_poh, stride_pls, stride_plh,
+                        q_smem, k_smem, v_smem, ready, empty, q_empty,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 0,
+                    ),
+                ),
+                (
+                    _ps_consumer,
+                    (
+                        q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+                        seq_lens_ptr, cu_q_ptr, work_ptr, n_work, n_heads,
+                        stride_ot, stride_oh, stride_lt, stride_lh,
+                        stride_pos, stride_poh, stride_pls, stride_plh,
+                        q_smem, k_smem, v_smem, ready, empty, q_empty,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 1,
+                    ),
+                ),
+                (
+                    _ps_producer,
+                    (
+                        q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+                        cu_q_ptr, work_ptr,
+                        stride_qt, stride_qh, stride_kp, stride_kh, stride_kt, stride_vp,
+                        stride_vh, stride_vt, stride_btb, n_work, n_heads,
+                        q_smem, k_smem, v_smem, pg_smem, ready, empty, q_empty,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, PAGE_SIZE, NS, P_WARPS, LAG,
+                    ),
+                ),
+            ],
+            [4, P_WARPS],
+            [C_REGS, P_REGS],
+        )  # fmt: skip
+
     KERNEL: Any = _gluon_prefill_kernel
     WS_KERNEL: Any = _ws_prefill_kernel
+    PS_KERNEL: Any = _ps_prefill_kernel
 else:  # pragma: no cover
     KERNEL = None
     WS_KERNEL = None
+    PS_KERNEL = None

@@ -875,6 +875,8 @@ def prepare_prefill(
         WRITE_LSE=lse_out is not None,
     )
     kernel: Any = _paged_prefill_kernel
+    grid = (plan.work.shape[0], num_kv_heads, 1)
+    persistent: list[Any] = []
     consts: dict[str, Any] = dict(
         UPCAST_DOT=upcast,
         WARP_SPECIALIZE=bool(cfg["warp_specialize"]),
@@ -889,9 +891,15 @@ def prepare_prefill(
         )
         if variant is not None:
             kernel, consts = variant
+            if kernel is gluon_prefill.PS_KERNEL:
+                # Persistent loop 2: one program per SM (one fits: shared memory) takes the
+                # (work item, KV head) units in turn.
+                persistent = [plan.work.shape[0], num_kv_heads]
+                programs = min(plan.work.shape[0] * num_kv_heads, _num_sms(q.device))
+                grid = (min(programs, gluon_prefill.PS_MAX_PROGRAMS or programs), 1, 1)
     main = BoundLaunch(
         kernel,
-        (plan.work.shape[0], num_kv_heads, 1),
+        grid,
         [
             q,
             k_cache,
@@ -922,6 +930,7 @@ def prepare_prefill(
             part_out.stride(1),
             part_lse.stride(0),
             part_lse.stride(1),
+            *persistent,
         ],
         dict(
             BLOCK_N=bn,

@@ -370,14 +370,15 @@ def test_gluon_flag_falls_back_where_gluon_cannot_run():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
-@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("variant", [1, 2, 3])
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("split", [None, 256])
 @pytest.mark.parametrize("group", [1, 4, 8])
 def test_gluon_tiles(group, split, block_n, variant):
     # 128-row tiles (the Gluon loops' shape) over ragged chunks and contexts, page edges,
     # context 0, causal diagonals inside and across key tiles, split partials; variant 2 is
-    # warp-specialised (two consumer warpgroups of 64 rows, a copy partition, mbarriers).
+    # warp-specialised (two consumer warpgroups of 64 rows, a copy partition, mbarriers),
+    # variant 3 its persistent form (loop 2 where two Q buffers leave too few stages: 128 keys).
     if not _gluon_runs():
         pytest.skip("Gluon / sm_90 not available")
     if variant == 1 and (group, block_n) != (8, 128):
@@ -393,12 +394,35 @@ def test_gluon_tiles(group, split, block_n, variant):
     prep = prepare_prefill(
         q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, block_n=block_n, gluon=variant
     )
-    want = gluon_prefill.KERNEL if variant == 1 else gluon_prefill.WS_KERNEL
-    assert prep.launches[0].kernel is want
+    want = {1: gluon_prefill.KERNEL, 2: gluon_prefill.WS_KERNEL, 3: gluon_prefill.PS_KERNEL}
+    if variant == 3 and block_n == 128:
+        variant = 2
+    assert prep.launches[0].kernel is want[variant]
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
-@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("programs", [1, 3, 7, None])
+@pytest.mark.parametrize("split", [None, 512])
+def test_gluon_persistent_units(monkeypatch, programs, split):
+    # Persistent loop 2: each program takes many (work item, KV head) units in a row (a few
+    # programs: the K/V stage ring, its phases and the two Q buffers wrap many times; units of
+    # one key tile next to long ones; split partials), against the reference.
+    if not _gluon_runs():
+        pytest.skip("Gluon / sm_90 not available")
+    from kernels import gluon_prefill
+
+    monkeypatch.setattr(gluon_prefill, "PS_MAX_PROGRAMS", programs)
+    ctx = [0, 3000, 17, 0, 64 * SCALE]
+    new = [2048, 700, 900, 1, 33]
+    check(ctx, new, num_kv_heads=4, group=8, tokens_per_split=split, block_n=64, gluon=3,
+          seed=programs or 0)  # fmt: skip
+    for lag in (1, 2):
+        monkeypatch.setattr(gluon_prefill, "PS_READY_LAG", lag)
+        check([5, 0], [300, 129], num_kv_heads=2, group=8, block_n=64, gluon=3, seed=lag)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
+@pytest.mark.parametrize("variant", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gluon_dtypes_scale_and_pages(dtype, variant):
     if not _gluon_runs():
@@ -428,3 +452,7 @@ def test_gluon_choice(monkeypatch):
                  (2, 128, 128, 64, torch.float32), (2, 128, 128, 32, bf16)):  # fmt: skip
         assert gp.choose(args[0], "cuda", *args[1:]) is None, args
     assert gp.ws_stages(256, 128) < 3  # loop 2 would not fit: the Triton kernel
+    # Persistent loop 2: 4 stages next to two Q tiles at 64-key tiles; loop 2 at 128.
+    kernel, consts = gp.choose(3, "cuda", 128, 128, 64, bf16)
+    assert kernel is gp.PS_KERNEL and consts["NS"] == 4 and consts["LAG"] == gp.PS_READY_LAG
+    assert gp.choose(3, "cuda", 128, 128, 128, bf16)[0] is gp.WS_KERNEL

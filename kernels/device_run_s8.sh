@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue 13 device calls of session 8 (GPU machine; run from a clean export of the committed
+# tree): OUT=dir [BUDGET=s] bash kernels/device_run_s8.sh final|explore
+# Session 8's question: the per-program fixed cost of Gluon loop 2 (Q load, the first tiles'
+# copies, the epilogue: ~7 key tiles' worth by the session-7 rates, i.e. 30% of a 2K chunk's
+# programs of 16.5 tiles on average) against a persistent loop 2 (gluon=3: one program per SM
+# takes (work item, KV head) units in turn; the next unit's Q and first K/V tiles are copied
+# while the current one finishes; LAG + 1 tiles' copies in flight).
+# final (call 1): 1. GPU tests: the Gluon loops (persistent included) against the reference
+#                 2. the same defaults' tests with gluon=3 for tiles/split (prepared launches,
+#                    cascade, every 128-row prefill test)
+#                 3. sweep: tiles / split, loop 2 vs persistent (ready lag 1 / 2; split: 2 and
+#                    4 programs per SM for information: a different work list)
+#                 4. choose per class: gluon=3 only if steps 1-2 passed and it is > 1% faster
+#                    (geo-mean) at the same work list
+#                 5. if a class changed: kernels.calibrate, every part but the NCCL all-reduce,
+#                    with the chosen configs, --fidelity 30 --fidelity-extra 12
+#                 6. prefill target rows with the chosen configs
+mode=${1:-final}
+. "$(dirname "$0")/device_budget.sh"
+device_start 420
+step "pytest (GPU): Gluon loops incl. the persistent one"
+timeout "$(left 80 300)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+  -k "gluon" 2>&1 | tail -n 15 | tee -a "$log"
+ok1=${PIPESTATUS[0]}
+step "pytest (GPU): prefill / prepared / cascade tests with gluon=3 for tiles and split"
+KVSCHED_TEST_PREFILL_LAUNCH='{"tiles": {"gluon": 3}, "split": {"gluon": 3}}' \
+  timeout "$(left 80 250)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+  tests/kernels/test_prepared_launch.py tests/kernels/test_cascade_decode.py -k "not random and not gluon" \
+  2>&1 | tail -n 15 | tee -a "$log"
+ok2=${PIPESTATUS[0]}
+echo "pytest exit $ok1 $ok2" | tee -a "$log"
+step "sweep: loop 2 vs persistent loop 2"
+timeout "$(left 110 200)" python3 - "$OUT/sweep.json" <<'PY' 2>&1 | tee -a "$log"
+import json, math, sys, time
+from kernels import gluon_prefill as gp
+from kernels.bench import environment
+from kernels.bench_prefill import time_prefill
+env = environment()
+print("#", env)
+TILES = [(0, 2048), (0, 4096), (0, 8192), (512, 2048), (8192, 2048), (32768, 2048), (8192, 8192)]
+SPLIT = [(32768, 16), (32768, 64), (8192, 16), (512, 64)]
+B = {"block_n": 64, "lazy_rescale": True}
+cands = [
+    ("tiles", "loop2", dict(B, gluon=2), 2, TILES),
+    ("tiles", "pers-lag2", dict(B, gluon=3), 2, TILES),
+    ("tiles", "pers-lag1", dict(B, gluon=3), 1, TILES),
+    ("split", "loop2", dict(B, gluon=2, num_stages=5), 2, SPLIT),
+    ("split", "pers-lag2", dict(B, gluon=3, num_stages=5), 2, SPLIT),
+    ("split", "pers-lag1", dict(B, gluon=3, num_stages=5), 1, SPLIT),
+    ("split", "pers-lag2-2/SM", dict(B, gluon=3, num_stages=5, split_programs_per_sm=2), 2, SPLIT),
+    ("split", "pers-lag2-4/SM", dict(B, gluon=3, num_stages=5, split_programs_per_sm=4), 2, SPLIT),
+    ("split", "loop2-2/SM", dict(B, gluon=2, num_stages=5, split_programs_per_sm=2), 2, SPLIT),
+]
+rows = []
+for cls, name, cfg, lag, shapes in cands:
+    gp.PS_READY_LAG = lag
+    ms = {}
+    try:
+        for j, (c, n) in enumerate(shapes):
+            t, err, got = time_prefill(c, n, cfg, check=True)
+            assert got == cls, (c, n, got)
+            ms[f"{c}/{n}"] = t
+    except Exception as exc:
+        print(f"{cls} {name}: FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+        rows.append({"class": cls, "name": name, "cfg": cfg, "lag": lag, "failed": repr(exc)[:300]})
+        continue
+    gm = math.exp(sum(math.log(v) for v in ms.values()) / len(ms))
+    rows.append({"class": cls, "name": name, "cfg": cfg, "lag": lag, "ms": ms, "geomean": gm})
+    print(f"{cls:5s} {name:15s} gm {gm:.4f} | " + " ".join(f"{k} {v:.4f}" for k, v in ms.items()), flush=True)
+    json.dump({"env": env, "rows": rows}, open(sys.argv[1], "w"), indent=1)
+PY
+step "choose: gluon=3 (lag 2 / 1) per class only if the tests passed and > 1% faster (geo-mean)"
+python3 - "$OUT/sweep.json" "$OUT/prefill_launch.json" "$ok1$ok2" <<'PY' 2>&1 | tee -a "$log"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+ok = sys.argv[3] == "00"
+chosen, lag = {}, 2
+for cls in ("tiles", "split"):
+    r = {x["name"]: x for x in rows if x["class"] == cls and "geomean" in x}
+    base = r.get("loop2")
+    if not base:
+        continue
+    best = min((x for n, x in r.items() if n in ("pers-lag2", "pers-lag1")), key=lambda x: x["geomean"], default=None)
+    if ok and best and best["geomean"] < 0.99 * base["geomean"]:
+        chosen[cls] = {"gluon": 3}
+        if cls == "tiles" or "tiles" not in chosen:
+            lag = best["lag"]
+    print(cls, {n: round(x["geomean"], 4) for n, x in r.items()}, "tests ok" if ok else "TESTS FAILED", "->", chosen.get(cls, "loop2"))
+json.dump({"launch": chosen, "lag": lag}, open(sys.argv[2], "w"), indent=1)
+PY
+LAUNCH=$(python3 -c "import json; print(json.dumps(json.load(open('$OUT/prefill_launch.json'))['launch']))")
+LAG=$(python3 -c "import json; print(json.load(open('$OUT/prefill_launch.json'))['lag'])")
+echo "chosen $LAUNCH lag $LAG" | tee -a "$log"
+if [ "$LAUNCH" != "{}" ]; then
+  step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12 (chosen configs)"
+  cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
+  timeout "$(left 230 25)" python3 -c "
+import sys
+from kernels import gluon_prefill as gp
+gp.PS_READY_LAG = $LAG
+from kernels.calibrate import main
+sys.exit(main(sys.argv[1:]))" --parts gemm,lm_head,decode,prefill,cascade \
+    --prefill-launch-configs "$LAUNCH" --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" \
+    --fidelity-out "$OUT/h200_fidelity.json" 2>&1 | tee -a "$log"
+fi
+step "prefill target rows (chosen configs)"
+timeout "$(left 40 0)" python3 -c "
+import sys
+from kernels import gluon_prefill as gp
+gp.PS_READY_LAG = $LAG
+from kernels.bench_prefill import main
+sys.exit(main(sys.argv[1:]))" --no-sdpa --suite prefill --launch-configs "$LAUNCH" \
+  --out "$OUT/bench_prefill.json" 2>&1 | tee -a "$log"
+step "done"
