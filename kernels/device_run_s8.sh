@@ -9,8 +9,8 @@
 # final (call 1): 1. GPU tests: the Gluon loops (persistent included) against the reference
 #                 2. the same defaults' tests with gluon=3 for tiles/split (prepared launches,
 #                    cascade, every 128-row prefill test)
-#                 3. sweep: tiles / split, loop 2 vs persistent (ready lag 1 / 2; split: 2 and
-#                    4 programs per SM for information: a different work list)
+#                 3. sweep: tiles / split, loop 2 vs persistent (ready lag 1 / 2 at 4 stages,
+#                    3 at 5; split: 2 and 4 programs per SM for information: another work list)
 #                 4. choose per class: gluon=3 only if steps 1-2 passed and it is > 1% faster
 #                    (geo-mean) at the same work list
 #                 5. if a class changed: kernels.calibrate, every part but the NCCL all-reduce,
@@ -45,16 +45,18 @@ cands = [
     ("tiles", "loop2", dict(B, gluon=2), 2, TILES),
     ("tiles", "pers-lag2", dict(B, gluon=3), 2, TILES),
     ("tiles", "pers-lag1", dict(B, gluon=3), 1, TILES),
+    ("tiles", "pers-ns5-lag3", dict(B, gluon=3), 3, TILES),
     ("split", "loop2", dict(B, gluon=2, num_stages=5), 2, SPLIT),
     ("split", "pers-lag2", dict(B, gluon=3, num_stages=5), 2, SPLIT),
     ("split", "pers-lag1", dict(B, gluon=3, num_stages=5), 1, SPLIT),
+    ("split", "pers-ns5-lag3", dict(B, gluon=3, num_stages=5), 3, SPLIT),
     ("split", "pers-lag2-2/SM", dict(B, gluon=3, num_stages=5, split_programs_per_sm=2), 2, SPLIT),
     ("split", "pers-lag2-4/SM", dict(B, gluon=3, num_stages=5, split_programs_per_sm=4), 2, SPLIT),
     ("split", "loop2-2/SM", dict(B, gluon=2, num_stages=5, split_programs_per_sm=2), 2, SPLIT),
 ]
 rows = []
 for cls, name, cfg, lag, shapes in cands:
-    gp.PS_READY_LAG = lag
+    gp.PS_READY_LAG, gp.PS_MAX_STAGES = lag, 5 if lag == 3 else 4
     ms = {}
     try:
         for j, (c, n) in enumerate(shapes):
@@ -81,7 +83,7 @@ for cls in ("tiles", "split"):
     base = r.get("loop2")
     if not base:
         continue
-    best = min((x for n, x in r.items() if n in ("pers-lag2", "pers-lag1")), key=lambda x: x["geomean"], default=None)
+    best = min((x for n, x in r.items() if n in ("pers-lag2", "pers-lag1", "pers-ns5-lag3")), key=lambda x: x["geomean"], default=None)
     if ok and best and best["geomean"] < 0.99 * base["geomean"]:
         chosen[cls] = {"gluon": 3}
         if cls == "tiles" or "tiles" not in chosen:
@@ -98,7 +100,7 @@ if [ "$LAUNCH" != "{}" ]; then
   timeout "$(left 230 25)" python3 -c "
 import sys
 from kernels import gluon_prefill as gp
-gp.PS_READY_LAG = $LAG
+gp.PS_READY_LAG, gp.PS_MAX_STAGES = $LAG, 5 if $LAG == 3 else 4
 from kernels.calibrate import main
 sys.exit(main(sys.argv[1:]))" --parts gemm,lm_head,decode,prefill,cascade \
     --prefill-launch-configs "$LAUNCH" --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" \
@@ -108,7 +110,7 @@ step "prefill target rows (chosen configs)"
 timeout "$(left 40 0)" python3 -c "
 import sys
 from kernels import gluon_prefill as gp
-gp.PS_READY_LAG = $LAG
+gp.PS_READY_LAG, gp.PS_MAX_STAGES = $LAG, 5 if $LAG == 3 else 4
 from kernels.bench_prefill import main
 sys.exit(main(sys.argv[1:]))" --no-sdpa --suite prefill --launch-configs "$LAUNCH" \
   --out "$OUT/bench_prefill.json" 2>&1 | tee -a "$log"

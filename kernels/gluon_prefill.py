@@ -91,16 +91,17 @@ WS_PRODUCER_WARPS = 4  # setmaxnreg works per warpgroup
 # consumers wait for (loop 2: 1), and a cap on its programs (None: one per SM; tests use it to
 # give each program many units).
 PS_READY_LAG = 2
+PS_MAX_STAGES = 4  # 5 fit next to two Q tiles at 64-key tiles (230,024 bytes)
 PS_MAX_PROGRAMS: int | None = None
 
 
-def ws_stages(head_dim: int, block_n: int, q_buffers: int = 1) -> int:
+def ws_stages(head_dim: int, block_n: int, q_buffers: int = 1, max_stages: int = 4) -> int:
     """K/V stages of the warp-specialised loop that fit next to Q (>= 3: the copy partition
-    marks a tile ready one tile late, and a stage is released after its P @ V); the
-    persistent loop keeps two Q tiles (q_buffers=2)."""
+    marks a tile ready one tile late, and a stage is released after its P @ V), at most
+    max_stages; the persistent loop keeps two Q tiles (q_buffers=2)."""
     stage = 2 * block_n * head_dim * 2
     q_bytes = q_buffers * 128 * head_dim * 2
-    return min(4, (SMEM_BYTES - q_bytes - 4 * block_n - 1024) // stage)
+    return min(max_stages, (SMEM_BYTES - q_bytes - 4 * block_n - 1024) // stage)
 
 
 def choose(
@@ -120,8 +121,8 @@ def choose(
         return None
     if variant == 1:
         return KERNEL, {"NUM_WARPS": 8, "num_warps": 8}
-    ns = ws_stages(head_dim, block_n, q_buffers=2 if variant == 3 else 1)
-    if variant == 3 and ns < 3:
+    ns = ws_stages(head_dim, block_n, 2, PS_MAX_STAGES) if variant == 3 else 0
+    if ns < 3:
         variant, ns = 2, ws_stages(head_dim, block_n)
     if ns < 3:
         return None

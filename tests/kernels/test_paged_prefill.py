@@ -416,9 +416,12 @@ def test_gluon_persistent_units(monkeypatch, programs, split):
     new = [2048, 700, 900, 1, 33]
     check(ctx, new, num_kv_heads=4, group=8, tokens_per_split=split, block_n=64, gluon=3,
           seed=programs or 0)  # fmt: skip
-    for lag in (1, 2):
+    for lag, stages in ((1, 4), (2, 4), (3, 5)):
         monkeypatch.setattr(gluon_prefill, "PS_READY_LAG", lag)
+        monkeypatch.setattr(gluon_prefill, "PS_MAX_STAGES", stages)
         check([5, 0], [300, 129], num_kv_heads=2, group=8, block_n=64, gluon=3, seed=lag)
+        check(ctx, new, num_kv_heads=4, group=8, tokens_per_split=split, block_n=64, gluon=3,
+              seed=lag)  # fmt: skip
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
