@@ -49,6 +49,10 @@ class DecodePrices:
             return self.span(num_decode, ctx_sums.start, len(ctx_sums))
         return [self.span(num_decode, s, 1)[0] for s in ctx_sums]
 
+    def one(self, num_decode: int, ctx_sum: int) -> float:
+        """The price of one decode-only step (`many(num_decode, [ctx_sum])[0]`)."""
+        return self.span(num_decode, ctx_sum, 1)[0]
+
     def span(self, num_decode: int, first: int, count: int) -> list[float]:
         """`many(num_decode, range(first, first + count * num_decode, num_decode))`."""
         residue, quotient = first % num_decode, first // num_decode
@@ -125,8 +129,12 @@ class ModelledExecutor:
         return step_s
 
     def compute_s(self, step: Step) -> float:
-        """The step's compute, as the latency model prices it."""
-        return self.latency.shape_time_s(step.shape())
+        """The step's compute, as the latency model prices it (a decode-only step from the
+        memo: the same float, most are priced already by the spans of the same batch sizes)."""
+        shape = step.shape()
+        if shape.num_decode and not shape.prefill_new:
+            return self.decode_prices.one(shape.num_decode, shape.decode_ctx_sum)
+        return self.latency.shape_time_s(shape)
 
     def prices_decode_by_sum(self) -> bool:
         """Does a decode-only step's price depend on its size and context sum alone (not on
@@ -144,7 +152,7 @@ class ModelledExecutor:
     def decode_step_s(self, node_id: int, step: Step, decode_ctx_sum: int, now: float) -> float:
         """`run_step` of a decode-only step whose contexts sum to `decode_ctx_sum` (the node
         keeps the sum as its batch repeats): the same shape, priced without walking the batch."""
-        step_s = self.latency.shape_time_s(StepShape([], [], len(step.items), decode_ctx_sum))
+        step_s = self.decode_prices.one(len(step.items), decode_ctx_sum)
         if self.transfer is not None:
             step_s += self.transfer(node_id, step.items, now)
         return step_s

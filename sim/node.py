@@ -200,14 +200,16 @@ class Node(SchedulerQueues):
         return self.env.now < self.up_at
 
     def submit(self, seq: Sequence) -> None:
-        if self.in_span:  # new work: the span ends with the step in flight
-            self._sync()
-            del self._span_next_ends[self._span_applied - 1 :]  # the clock draws no more
+        ahead = 0  # steps a span ended and did not apply yet (each plans one more)
+        if self.in_span:  # new work: the span ends with the step in flight, applied at its end
+            k = self._span_index
+            del self._span_next_ends[k:]  # the clock draws no more
+            ahead = max(0, k + 1 - self._span_applied)
         seq.node = self.node_id
         if self.down:  # routed before the crash was known (or every node is down)
             self._lose([seq])
             return
-        self.scheduler.add(seq)
+        self.scheduler.add(seq, ahead)
         if not self._wakeup.triggered:
             self._wakeup.succeed()
 

@@ -81,8 +81,10 @@ class Scheduler:
         self._decode_span = getattr(kv, "decode_span", None)  # (requests, limit) -> pairs
         self._kv_repeat_decode = getattr(kv, "repeat_decode", None)  # (requests, now): inlined
 
-    def add(self, seq: Sequence) -> None:
-        seq.queued_step = self.num_planned  # the first step planned with it in the queue
+    def add(self, seq: Sequence, planned_ahead: int = 0) -> None:
+        """Queue `seq`; `planned_ahead`: steps already planned that the count does not hold yet
+        (a decode span's, applied later)."""
+        seq.queued_step = self.num_planned + planned_ahead  # the first step planned with it queued
         self._enqueue(seq, front=False)
 
     def has_work(self) -> bool:
