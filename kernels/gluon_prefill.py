@@ -87,11 +87,17 @@ SMEM_BYTES = 232_448  # sm_90: shared memory one block may use
 WS_CONSUMER_REGS = 224  # setmaxnreg of the second consumer (the first gets what is left)
 WS_PRODUCER_REGS = 64
 WS_PRODUCER_WARPS = 4  # setmaxnreg works per warpgroup
-# Persistent loop 2 (variant 3): tiles the copy partition keeps in flight beyond the one the
-# consumers wait for (loop 2: 1), and a cap on its programs (None: one per SM; tests use it to
-# give each program many units).
-PS_READY_LAG = 2
-PS_MAX_STAGES = 4  # 5 fit next to two Q tiles at 64-key tiles (230,024 bytes)
+# Loop 2's K/V stages (at most; 6 fit next to one Q tile at 64-key tiles) and ready lag: a tile
+# is marked ready once LAG later tiles' copies were issued, so LAG + 1 tiles' copies are in
+# flight (<= NS - 3: a larger lag makes the consumers' stage release wait on copies).
+WS_MAX_STAGES = 4
+WS_READY_LAG = 1
+# Persistent loop 2 (variant 3): the same knobs (5 stages fit next to two Q tiles at 64-key
+# tiles), the unit order (_ps_unit) and a cap on its programs (None: one per SM; tests use it
+# to give each program many units).
+PS_READY_LAG = 1
+PS_MAX_STAGES = 4
+PS_ORDER = 0
 PS_MAX_PROGRAMS: int | None = None
 
 
@@ -123,7 +129,7 @@ def choose(
         return KERNEL, {"NUM_WARPS": 8, "num_warps": 8}
     ns = ws_stages(head_dim, block_n, 2, PS_MAX_STAGES) if variant == 3 else 0
     if ns < 3:
-        variant, ns = 2, ws_stages(head_dim, block_n)
+        variant, ns = 2, ws_stages(head_dim, block_n, 1, WS_MAX_STAGES)
     if ns < 3:
         return None
     consts = {
@@ -135,8 +141,8 @@ def choose(
         "P_REGS": WS_PRODUCER_REGS,
     }
     if variant == 2:
-        return WS_KERNEL, consts
-    return PS_KERNEL, {**consts, "LAG": min(PS_READY_LAG, ns - 2)}
+        return WS_KERNEL, {**consts, "LAG": max(1, min(WS_READY_LAG, ns - 3))}
+    return PS_KERNEL, {**consts, "LAG": max(1, min(PS_READY_LAG, ns - 3)), "ORDER": PS_ORDER}
 
 
 if HAVE_GLUON:
@@ -401,10 +407,12 @@ if HAVE_GLUON:
         stride_kp, stride_kt, stride_vp, stride_vt,
         k_smem, v_smem, pg_smem, ready, empty,
         BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
-        NS: gl.constexpr, P_WARPS: gl.constexpr,
+        NS: gl.constexpr, P_WARPS: gl.constexpr, LAG: gl.constexpr,
     ):  # fmt: skip
         """Gathers tile t's K and V (16-row chunks, cp.async) into stage t % NS once both
-        consumers released it; tile t - 1 is marked ready when its copies landed."""
+        consumers released it; tile t - LAG is marked ready when its copies landed (after tile
+        t's were issued: LAG + 1 tiles' copies in flight; LAG <= NS - 3, else the consumers'
+        release of a stage would wait on the copies of a tile they do not need yet)."""
         CH: gl.constexpr = 16
         TPW_D: gl.constexpr = HEAD_DIM // 8 if HEAD_DIM // 8 < 32 else 32
         ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_D, TPW_D], [P_WARPS, 1], [1, 0])
@@ -440,15 +448,16 @@ if HAVE_GLUON:
             async_copy.commit_group()
             gl.thread_barrier()  # every thread read this tile's page ids
             pg_smem.store(pg_next)
-            if t > 0:
-                async_copy.wait_group(1)
+            if t >= LAG:  # tile t - LAG landed once <= LAG groups are in flight
+                async_copy.wait_group(LAG)
                 gl.thread_barrier()
                 fence_async_shared()
-                mbarrier.arrive(ready.index((t - 1) % NS))
+                mbarrier.arrive(ready.index((t - LAG) % NS))
         async_copy.wait_group(0)
         gl.thread_barrier()
         fence_async_shared()
-        mbarrier.arrive(ready.index((n_tiles - 1) % NS))
+        for j in range(gl.maximum(n_tiles - LAG, 0), n_tiles):
+            mbarrier.arrive(ready.index(j % NS))
 
     @gluon.jit
     def _ws_softmax_tile(
@@ -577,6 +586,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
         CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, NUM_WARPS: gl.constexpr,
         NS: gl.constexpr, P_WARPS: gl.constexpr, C_REGS: gl.constexpr, P_REGS: gl.constexpr,
+        LAG: gl.constexpr,
     ):  # fmt: skip
         gl.static_assert(BLOCK_Q * GROUP_P == 128, "two consumer warpgroups of 64 rows")
         dtype: gl.constexpr = q_ptr.dtype.element_ty
@@ -640,7 +650,7 @@ if HAVE_GLUON:
                         k_head_ptr, v_head_ptr, table_ptr, kv_start, kv_end, n_tiles,
                         stride_kp, stride_kt, stride_vp, stride_vt,
                         k_smem, v_smem, pg_smem, ready, empty,
-                        BLOCK_N, HEAD_DIM, PAGE_SIZE, NS, P_WARPS,
+                        BLOCK_N, HEAD_DIM, PAGE_SIZE, NS, P_WARPS, LAG,
                     ),
                 ),
             ],
@@ -651,18 +661,24 @@ if HAVE_GLUON:
     # ---- gluon = 3: persistent loop 2 (one CTA per SM takes (work item, KV head) units) ----
 
     @gluon.jit
-    def _ps_unit(k, pid, n_prog, n_heads):
-        """The k-th unit of program pid: units u = item x n_heads + head (items longest first),
-        dealt in rounds of n_prog, every other round in reverse (a snake: the long and the
-        short units of a round go to different programs)."""
-        u = k * n_prog + pid + (k % 2) * (n_prog - 1 - 2 * pid)
-        return u // n_heads, u % n_heads
+    def _ps_unit(k, pid, n_prog, n_work, n_heads, ORDER: gl.constexpr):
+        """(work item, KV head) of the k-th unit of program pid. ORDER 0: units u = item x
+        n_heads + head (items longest first) dealt in rounds of n_prog, every other round in
+        reverse (a snake: the long and the short units of a round go to different programs).
+        ORDER 1: u = head x n_work + item (the non-persistent launch order: a round's programs
+        share a head's K/V in L2), rounds in order."""
+        if ORDER == 0:
+            u = k * n_prog + pid + (k % 2) * (n_prog - 1 - 2 * pid)
+            return u // n_heads, u % n_heads
+        else:
+            u = k * n_prog + pid
+            return u % n_work, u // n_work
 
     @gluon.jit
-    def _ps_count(pid, n_prog, n_units):
+    def _ps_count(pid, n_prog, n_units, ORDER: gl.constexpr):
         """Units of program pid (only the last round can be partial)."""
         full = n_units // n_prog
-        last = pid + (full % 2) * (n_prog - 1 - 2 * pid)
+        last = pid + (full % 2) * (n_prog - 1 - 2 * pid) if ORDER == 0 else pid
         return full + (last < n_units - full * n_prog).to(gl.int32)
 
     @gluon.jit
@@ -673,7 +689,7 @@ if HAVE_GLUON:
         q_smem, k_smem, v_smem, pg_smem, ready, empty, q_empty,
         GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_N: gl.constexpr,
         HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, NS: gl.constexpr, P_WARPS: gl.constexpr,
-        LAG: gl.constexpr,
+        LAG: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
         """Per unit: Q (both 64-row halves, into the unit's Q buffer once both consumers are
         done with the unit two back) with tile 0's copies, then every tile's K and V as in
@@ -691,12 +707,12 @@ if HAVE_GLUON:
         offs_p = gl.arange(0, BLOCK_N, layout=pl)
         pid = gl.program_id(0)
         n_prog = gl.num_programs(0)
-        n_mine = _ps_count(pid, n_prog, n_work * n_heads)
+        n_mine = _ps_count(pid, n_prog, n_work * n_heads, ORDER)
         g = 0  # tiles issued (all units so far)
         rdy = 0  # tiles marked ready
         n_prev = 0  # tiles of the previous unit
         for k in range(n_mine):
-            item, kv_head = _ps_unit(k, pid, n_prog, n_heads)
+            item, kv_head = _ps_unit(k, pid, n_prog, n_work, n_heads, ORDER)
             w = work_ptr + item * 5
             req = gl.load(w)
             q_start = gl.load(w + 1)
@@ -786,7 +802,7 @@ if HAVE_GLUON:
         q_smem, k_smem, v_smem, ready, empty, q_empty,
         GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_N: gl.constexpr,
         HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr,
-        NS: gl.constexpr, C: gl.constexpr,
+        NS: gl.constexpr, C: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
         """Loop 2's consumer over this program's units: Q comes from the copy partition (it
         lands with the unit's first tile), the last tile's stage and the Q buffer are released
@@ -809,10 +825,10 @@ if HAVE_GLUON:
         s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
         pid = gl.program_id(0)
         n_prog = gl.num_programs(0)
-        n_mine = _ps_count(pid, n_prog, n_work * n_heads)
+        n_mine = _ps_count(pid, n_prog, n_work * n_heads, ORDER)
         g = 0
         for k in range(n_mine):
-            item, kv_head = _ps_unit(k, pid, n_prog, n_heads)
+            item, kv_head = _ps_unit(k, pid, n_prog, n_work, n_heads, ORDER)
             w = work_ptr + item * 5
             req = gl.load(w)
             q_start = gl.load(w + 1)
@@ -901,10 +917,10 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
         CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, NUM_WARPS: gl.constexpr,
         NS: gl.constexpr, P_WARPS: gl.constexpr, C_REGS: gl.constexpr, P_REGS: gl.constexpr,
-        LAG: gl.constexpr,
+        LAG: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
         gl.static_assert(BLOCK_Q * GROUP_P == 128, "two consumer warpgroups of 64 rows")
-        gl.static_assert(LAG >= 1 and LAG <= NS - 2, "ready lag: 1 .. NS - 2")
+        gl.static_assert(LAG >= 1 and LAG <= NS - 2, "ready lag: 1 .. NS - 2 (NS - 3: no stall)")
         dtype: gl.constexpr = q_ptr.dtype.element_ty
         smem_layout: gl.constexpr = gl.NVMMASharedLayout(
             swizzle_byte_width=128, element_bitwidth=16, rank=2
@@ -934,7 +950,7 @@ if HAVE_GLUON:
                         stride_ot, stride_oh, stride_lt, stride_lh,
                         stride_pos, stride_poh, stride_pls, stride_plh,
                         q_smem, k_smem, v_smem, ready, empty, q_empty,
-                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 0,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 0, ORDER,
                     ),
                 ),
                 (
@@ -945,7 +961,7 @@ if HAVE_GLUON:
                         stride_ot, stride_oh, stride_lt, stride_lh,
                         stride_pos, stride_poh, stride_pls, stride_plh,
                         q_smem, k_smem, v_smem, ready, empty, q_empty,
-                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 1,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 1, ORDER,
                     ),
                 ),
                 (
@@ -956,7 +972,7 @@ if HAVE_GLUON:
                         stride_qt, stride_qh, stride_kp, stride_kh, stride_kt, stride_vp,
                         stride_vh, stride_vt, stride_btb, n_work, n_heads,
                         q_smem, k_smem, v_smem, pg_smem, ready, empty, q_empty,
-                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, PAGE_SIZE, NS, P_WARPS, LAG,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, PAGE_SIZE, NS, P_WARPS, LAG, ORDER,
                     ),
                 ),
             ],

@@ -416,12 +416,30 @@ def test_gluon_persistent_units(monkeypatch, programs, split):
     new = [2048, 700, 900, 1, 33]
     check(ctx, new, num_kv_heads=4, group=8, tokens_per_split=split, block_n=64, gluon=3,
           seed=programs or 0)  # fmt: skip
-    for lag, stages in ((1, 4), (2, 4), (3, 5)):
+    for lag, stages, order in ((1, 4, 1), (2, 5, 0), (2, 5, 1)):
         monkeypatch.setattr(gluon_prefill, "PS_READY_LAG", lag)
         monkeypatch.setattr(gluon_prefill, "PS_MAX_STAGES", stages)
+        monkeypatch.setattr(gluon_prefill, "PS_ORDER", order)
         check([5, 0], [300, 129], num_kv_heads=2, group=8, block_n=64, gluon=3, seed=lag)
         check(ctx, new, num_kv_heads=4, group=8, tokens_per_split=split, block_n=64, gluon=3,
               seed=lag)  # fmt: skip
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
+@pytest.mark.parametrize("stages, lag", [(5, 2), (6, 3), (6, 2)])
+@pytest.mark.parametrize("split", [None, 256])
+def test_gluon_loop2_stages_and_lag(monkeypatch, stages, lag, split):
+    # Loop 2 with more K/V stages and LAG + 1 tiles' copies in flight (WS_MAX_STAGES,
+    # WS_READY_LAG), 64-key tiles, ragged chunks, against the reference.
+    if not _gluon_runs():
+        pytest.skip("Gluon / sm_90 not available")
+    from kernels import gluon_prefill
+
+    monkeypatch.setattr(gluon_prefill, "WS_MAX_STAGES", stages)
+    monkeypatch.setattr(gluon_prefill, "WS_READY_LAG", lag)
+    ctx = [0, 15 * SCALE, 16 * SCALE + 1, 17, 0, 33 * SCALE]
+    new = [1, 300, 160, 1000, 77, 129]
+    check(ctx, new, group=8, tokens_per_split=split, block_n=64, gluon=2, seed=stages + lag)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
@@ -457,5 +475,10 @@ def test_gluon_choice(monkeypatch):
     assert gp.ws_stages(256, 128) < 3  # loop 2 would not fit: the Triton kernel
     # Persistent loop 2: 4 stages next to two Q tiles at 64-key tiles; loop 2 at 128.
     kernel, consts = gp.choose(3, "cuda", 128, 128, 64, bf16)
-    assert kernel is gp.PS_KERNEL and consts["NS"] == 4 and consts["LAG"] == gp.PS_READY_LAG
+    assert kernel is gp.PS_KERNEL and consts["NS"] == 4 and consts["LAG"] == 1
     assert gp.choose(3, "cuda", 128, 128, 128, bf16)[0] is gp.WS_KERNEL
+    # The ready lag stays <= NS - 3; 6 stages fit next to one Q tile at 64-key tiles.
+    monkeypatch.setattr(gp, "WS_MAX_STAGES", 8)
+    monkeypatch.setattr(gp, "WS_READY_LAG", 5)
+    consts = gp.choose(2, "cuda", 128, 128, 64, bf16)[1]
+    assert consts["NS"] == 6 and consts["LAG"] == 3
