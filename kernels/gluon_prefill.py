@@ -92,6 +92,7 @@ WS_PRODUCER_WARPS = 4  # setmaxnreg works per warpgroup
 # flight (<= NS - 3: a larger lag makes the consumers' stage release wait on copies).
 WS_MAX_STAGES = 4
 WS_READY_LAG = 1
+WS_PINGPONG = 0  # 1: the consumers take turns issuing their products (_ws_consumer)
 # Persistent loop 2 (variant 3): the same knobs (5 stages fit next to two Q tiles at 64-key
 # tiles), the unit order (_ps_unit) and a cap on its programs (None: one per SM; tests use it
 # to give each program many units).
@@ -141,7 +142,8 @@ def choose(
         "P_REGS": WS_PRODUCER_REGS,
     }
     if variant == 2:
-        return WS_KERNEL, {**consts, "LAG": max(1, min(WS_READY_LAG, ns - 3))}
+        lag = max(1, min(WS_READY_LAG, ns - 3))
+        return WS_KERNEL, {**consts, "LAG": lag, "PINGPONG": int(WS_PINGPONG)}
     return PS_KERNEL, {**consts, "LAG": max(1, min(PS_READY_LAG, ns - 3)), "ORDER": PS_ORDER}
 
 
@@ -479,14 +481,16 @@ if HAVE_GLUON:
         q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
         stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
         stride_pos, stride_poh, stride_pls, stride_plh,
-        q_smem, k_smem, v_smem, ready, empty,
+        q_smem, k_smem, v_smem, ready, empty, turn,
         GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_N: gl.constexpr,
         HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr,
-        NS: gl.constexpr, C: gl.constexpr,
+        NS: gl.constexpr, C: gl.constexpr, PINGPONG: gl.constexpr,
     ):  # fmt: skip
         """Rows [64 C, 64 C + 64) of the tile: Q @ K(t)^T and P(t-1) @ V(t-1) in flight
         together, the softmax of tile t under the latter; a stage is released when its P @ V
-        retired."""
+        retired. PINGPONG: the two consumers take turns issuing a tile's products (mbarriers
+        `turn`; consumer 0 first), so one's softmax runs while the other's products do
+        (FlashAttention-3's inter-warpgroup schedule)."""
         ROWS: gl.constexpr = 64
         dtype: gl.constexpr = q_ptr.dtype.element_ty
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -524,7 +528,14 @@ if HAVE_GLUON:
         m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=s_rows)
 
         mbarrier.wait(ready.index(0), 0)
-        s = warpgroup_mma(qs, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+        if PINGPONG:
+            mbarrier.wait(turn.index(C), 1 - C)
+        s_tok = warpgroup_mma(
+            qs, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True
+        )
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - C))
+        s = warpgroup_mma_wait(num_outstanding=0, deps=[s_tok])
         p, m_i = _ws_softmax_tile(s, m_i, kv_start, free_end, kv_end, pos, offs_n, qk_scale, CAUSAL)
         l_i = gl.sum(p, axis=1)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -532,10 +543,14 @@ if HAVE_GLUON:
             st = t % NS
             pst = (t - 1) % NS
             mbarrier.wait(ready.index(st), (t // NS) & 1)
+            if PINGPONG:  # this consumer's t-th turn (consumer 1 waits for 0's, 0 for 1's)
+                mbarrier.wait(turn.index(C), (t & 1) ^ (1 - C))
             s_tok = warpgroup_mma(
                 qs, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True
             )
             acc_tok = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
+            if PINGPONG:
+                mbarrier.arrive(turn.index(1 - C))
             s = warpgroup_mma_wait(num_outstanding=1, deps=[s_tok])
             p, m_new = _ws_softmax_tile(
                 s, m_i, kv_start + t * BLOCK_N, free_end, kv_end, pos, offs_n, qk_scale, CAUSAL
@@ -586,7 +601,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
         CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, NUM_WARPS: gl.constexpr,
         NS: gl.constexpr, P_WARPS: gl.constexpr, C_REGS: gl.constexpr, P_REGS: gl.constexpr,
-        LAG: gl.constexpr,
+        LAG: gl.constexpr, PINGPONG: gl.constexpr,
     ):  # fmt: skip
         gl.static_assert(BLOCK_Q * GROUP_P == 128, "two consumer warpgroups of 64 rows")
         dtype: gl.constexpr = q_ptr.dtype.element_ty
@@ -617,9 +632,12 @@ if HAVE_GLUON:
         )
         ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NS):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=2)
+        for i in gl.static_range(2):
+            mbarrier.init(turn.index(i), count=1)
         gl.warp_specialize(
             [
                 (
@@ -629,8 +647,8 @@ if HAVE_GLUON:
                         q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
                         stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
                         stride_pos, stride_poh, stride_pls, stride_plh,
-                        q_smem, k_smem, v_smem, ready, empty,
-                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 0,
+                        q_smem, k_smem, v_smem, ready, empty, turn,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 0, PINGPONG,
                     ),
                 ),
                 (
@@ -640,8 +658,8 @@ if HAVE_GLUON:
                         q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
                         stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
                         stride_pos, stride_poh, stride_pls, stride_plh,
-                        q_smem, k_smem, v_smem, ready, empty,
-                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 1,
+                        q_smem, k_smem, v_smem, ready, empty, turn,
+                        GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 1, PINGPONG,
                     ),
                 ),
                 (

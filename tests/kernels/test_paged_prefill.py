@@ -426,17 +426,21 @@ def test_gluon_persistent_units(monkeypatch, programs, split):
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the Gluon loops run on Hopper GPUs only")
-@pytest.mark.parametrize("stages, lag", [(5, 2), (6, 3), (6, 2)])
+@pytest.mark.parametrize(
+    "stages, lag, pingpong", [(5, 2, 0), (6, 3, 0), (6, 2, 0), (4, 1, 1), (5, 2, 1)]
+)
 @pytest.mark.parametrize("split", [None, 256])
-def test_gluon_loop2_stages_and_lag(monkeypatch, stages, lag, split):
+def test_gluon_loop2_stages_and_lag(monkeypatch, stages, lag, pingpong, split):
     # Loop 2 with more K/V stages and LAG + 1 tiles' copies in flight (WS_MAX_STAGES,
-    # WS_READY_LAG), 64-key tiles, ragged chunks, against the reference.
+    # WS_READY_LAG), the consumers taking turns (WS_PINGPONG), 64-key tiles, ragged chunks,
+    # against the reference.
     if not _gluon_runs():
         pytest.skip("Gluon / sm_90 not available")
     from kernels import gluon_prefill
 
     monkeypatch.setattr(gluon_prefill, "WS_MAX_STAGES", stages)
     monkeypatch.setattr(gluon_prefill, "WS_READY_LAG", lag)
+    monkeypatch.setattr(gluon_prefill, "WS_PINGPONG", pingpong)
     ctx = [0, 15 * SCALE, 16 * SCALE + 1, 17, 0, 33 * SCALE]
     new = [1, 300, 160, 1000, 77, 129]
     check(ctx, new, group=8, tokens_per_split=split, block_n=64, gluon=2, seed=stages + lag)
