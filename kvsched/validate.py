@@ -378,6 +378,9 @@ OVERHEAD_TERMS = (
     "prefill_step_overhead_s",
     "token_overhead_s",
     "decode_overhead_s",
+    "mixed_decode_overhead_s",
+    "chunk_overhead_s",
+    "context_overhead_s",
     "mixed_step_floor_s",
     "eager_step_floor_s",
 )
@@ -386,63 +389,127 @@ TOKEN_GRID_S = np.arange(0.0, 10e-6, 1e-7)  # candidate costs per prefill token:
 EXTRA_GRID_S = np.arange(0.0, 5e-3, 1e-4)  # candidate extras per step with a chunk: 0-5 ms
 
 
-def measured_overheads(run: EngineRun, replayed: ReplayedSteps) -> dict[str, float]:
-    """What the priced kernels leave out, measured on the run (the terms of
-    sim.latency.base.StepOverhead): each step's measured cost minus its kernels-only price.
+def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str, float]:
+    """What the priced kernels leave out, measured on engine runs of one model and GPU (their
+    steps pooled; the terms of sim.latency.base.StepOverhead), the device part and the host part
+    each on its own clock.
 
-    Decode-only steps give the fixed cost per step: the median of their residual (robust to the
-    slow tail; a per-decode term was tried and did not carry from one workload to another:
-    decodes that share pages read them from L2, so the residual per decode depends on sharing,
-    which a count cannot see). Steps with a prefill chunk, less that, give the cost per prefill
-    token, an extra per such step (the host work before its first launch and between its
-    pieces: metadata, the prefill plan, graph and attention launches) and the two floors under
-    their device time (graphed steps of at most `gpu.mixed_graph_max_tokens` tokens; larger
-    steps, launched whole): the four on a grid with the least absolute error. The per-decode
-    term stays 0."""
-    gpu = run.cfg.gpu.model_copy(
-        update={**dict.fromkeys(OVERHEAD_TERMS, 0.0), "device_time_scale": 1.0}
-    )
-    kernels_only = make_latency_model(run.cfg.model, gpu, run.cfg.node.tp)
-    steps = step_errors(run, kernels_only, replayed)
-    decodes = run.steps.num_decode.to_numpy(dtype=np.float64)
-    prefill_tokens = run.steps.prefill_tokens.to_numpy(dtype=np.float64)
-    prefill = steps.prefill.to_numpy()
-    scale = _device_time_scale(run.steps, steps.predicted_s.to_numpy(), prefill)
-    steps = steps.assign(predicted_s=steps.predicted_s * scale)
-    residual = (steps.measured_s - steps.predicted_s).to_numpy()
-    overhead = max(0.0, float(np.median(residual[~prefill]))) if (~prefill).any() else 0.0
-    per_token, extra, floors = 0.0, 0.0, [0.0, 0.0]
-    if prefill.any():
-        graphed = (prefill_tokens + decodes <= gpu.mixed_graph_max_tokens)[prefill]
-        per_token, extra, floors = _fit_prefill_terms(
-            steps.predicted_s.to_numpy()[prefill],
-            prefill_tokens[prefill],
-            steps.measured_s.to_numpy()[prefill] - overhead,
-            graphed,
-        )
-    return {
+    Device: the scale is the decode-only steps' GPU time over their priced kernels; steps with a
+    prefill chunk give, from their GPU time, the cost per prefill token, an extra and the two
+    floors (graphed steps of at most `gpu.mixed_graph_max_tokens` tokens; larger ones, launched
+    whole), on a grid with the least absolute error.
+
+    Host: what each step spent off the GPU clock (its preparation, the sync, the scheduler's
+    planning and applying of it: duration + `sched_s` - `gpu_s`), plus the loop's own work
+    between steps (arrivals, sampling: the median gap to the next start over steps the engine
+    had work after). Least-absolute-error linear fits with non-negative terms: decode-only steps
+    on the decode count (fixed + per decode), steps with a chunk on their decodes, chunks,
+    chunks' context tokens and prefill tokens. A run without GPU times (a CPU run) counts the
+    priced kernels as its device time."""
+    samples = [_overhead_samples(run, replayed) for run, replayed in runs]
+    pooled = {key: np.concatenate([s[key] for s in samples]) for key in samples[0]}
+    prefill = pooled["prefill"]
+    # the serving machine's device time over the calibration's (and the decode step's unpriced
+    # device work: sampling, the graph's input copies); 1 without GPU times
+    usable = ~prefill & (pooled["gpu_s"] > 0) & (pooled["priced"] > 0)
+    ratios = pooled["gpu_s"][usable] / pooled["priced"][usable]
+    scale = float(np.median(ratios)) if usable.any() else 1.0
+    priced = pooled["priced"] * scale
+    device = np.where(pooled["gpu_s"] > 0, pooled["gpu_s"], priced)
+    loop = max(0.0, float(np.median(pooled["gaps"]))) if pooled["gaps"].size else 0.0
+    host = pooled["off_device"] - np.where(pooled["gpu_s"] > 0, 0.0, priced) + loop
+    overhead, per_decode = 0.0, 0.0
+    if (~prefill).any():
+        overhead, per_decode = _fit_nonneg_lad([pooled["num_decode"][~prefill]], host[~prefill])
+    terms = dict.fromkeys(OVERHEAD_TERMS, 0.0) | {
         "device_time_scale": scale,
         "step_overhead_s": overhead,
-        "prefill_step_overhead_s": extra,
-        "token_overhead_s": per_token,
-        "decode_overhead_s": 0.0,
+        "decode_overhead_s": per_decode,
+    }
+    if not prefill.any():
+        return terms
+    graph_max = runs[0][0].cfg.gpu.mixed_graph_max_tokens
+    tokens = pooled["prefill_tokens"][prefill]
+    graphed = tokens + pooled["num_decode"][prefill] <= graph_max
+    per_token, device_extra, floors = _fit_prefill_terms(
+        priced[prefill], tokens, device[prefill], graphed
+    )
+    fixed, decode_s, chunk_s, context_s, host_token_s = _fit_nonneg_lad(
+        [pooled[c][prefill] for c in HOST_FEATURES], host[prefill]
+    )
+    return terms | {
+        # the mixed step's host terms over the decode-only step's, which it pays too
+        "prefill_step_overhead_s": max(0.0, device_extra + fixed - overhead),
+        "mixed_decode_overhead_s": max(0.0, decode_s - per_decode),
+        "chunk_overhead_s": chunk_s,
+        "context_overhead_s": context_s,
+        # the host's work per prefill token (gathering ids, hashing pages) with the device's
+        "token_overhead_s": per_token + host_token_s,
         "mixed_step_floor_s": floors[0],
         "eager_step_floor_s": floors[1],
     }
 
 
-def _device_time_scale(steps: pd.DataFrame, predicted: np.ndarray, prefill: np.ndarray) -> float:
-    """The run's device time over the calibration's: the median, over decode-only steps, of the
-    step's measured GPU time (`gpu_s`: replayed graphs, no host in it) over its priced kernels.
-    It takes the serving machine's speed and the decode step's unpriced device work (sampling,
-    the graph's input copies). 1 for a run without GPU times (a CPU run records 0)."""
-    if "gpu_s" not in steps.columns:
-        return 1.0
-    gpu_s = steps.gpu_s.to_numpy(dtype=np.float64)
-    usable = ~prefill & np.isfinite(gpu_s) & (gpu_s > 0) & (predicted > 0)
-    if not usable.any():
-        return 1.0
-    return float(np.median(gpu_s[usable] / predicted[usable]))
+# What a step with a prefill chunk's host time is fitted on (steps.csv columns)
+HOST_FEATURES = ("num_decode", "num_prefill", "prefill_ctx_sum", "prefill_tokens")
+
+
+def _overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.ndarray]:
+    """Per step of one run: its priced kernels (calibration machine, no overhead terms), its GPU
+    clock (`gpu_s`; 0 where the run has none), its time off that clock before subtracting it
+    (duration + `sched_s`: preparation, launches, the sync, the scheduler planning and applying
+    it), the host features, and the loop's gaps between steps followed at once (next start -
+    start - duration - sched_s)."""
+    gpu = run.cfg.gpu.model_copy(
+        update={**dict.fromkeys(OVERHEAD_TERMS, 0.0), "device_time_scale": 1.0}
+    )
+    kernels_only = make_latency_model(run.cfg.model, gpu, run.cfg.node.tp)
+    steps = run.steps
+    errors = step_errors(run, kernels_only, replayed)
+    zeros = np.zeros(len(steps))
+    gpu_s = steps.gpu_s.to_numpy(dtype=np.float64) if "gpu_s" in steps.columns else zeros
+    sched_s = steps.sched_s.to_numpy(dtype=np.float64) if "sched_s" in steps.columns else zeros
+    own = steps.duration_s.to_numpy(dtype=np.float64) + sched_s
+    cycle = measured_step_s(steps, replayed.busy_after)
+    busy = replayed.busy_after.copy()
+    busy[-1:] = False  # the last step has no next start
+    return {
+        "priced": errors.predicted_s.to_numpy(),
+        "gpu_s": np.where(np.isfinite(gpu_s), gpu_s, 0.0),
+        "off_device": own - np.where(np.isfinite(gpu_s) & (gpu_s > 0), gpu_s, 0.0),
+        "prefill": errors.prefill.to_numpy(),
+        "gaps": (cycle - own)[busy],
+        **{c: steps[c].to_numpy(dtype=np.float64) for c in HOST_FEATURES},
+    }
+
+
+def _fit_nonneg_lad(features: list[np.ndarray], target: np.ndarray) -> list[float]:
+    """[intercept, one coefficient per feature], all >= 0, minimising the summed absolute error
+    (robust to the slow tail: a GC pause, a late wake-up) by iteratively reweighted least
+    squares; a feature whose coefficient comes out negative is dropped and the rest refitted
+    (its coefficient: 0). The intercept is clamped to 0 last."""
+    x = np.column_stack([np.ones_like(target), *features])
+    active = np.ones(x.shape[1], dtype=bool)
+    while True:
+        coef = _irls_lad(x[:, active], target)
+        if (coef[1:] >= 0).all() or active.sum() == 1:
+            break
+        drop = np.flatnonzero(active)[1:][int(np.argmin(coef[1:]))]
+        active[drop] = False
+    full = np.zeros(x.shape[1])
+    full[active] = coef
+    return [max(0.0, float(v)) for v in full]
+
+
+def _irls_lad(x: np.ndarray, y: np.ndarray, iterations: int = 50) -> np.ndarray:
+    # Scaled columns: counts (1-100) and token sums (10^3-10^5) in one solve.
+    norm = np.maximum(np.abs(x).max(axis=0), 1e-12)
+    xs = x / norm
+    coef = np.linalg.lstsq(xs, y, rcond=None)[0]
+    for _ in range(iterations):
+        weight = np.sqrt(1.0 / np.maximum(np.abs(xs @ coef - y), 1e-7))
+        coef = np.linalg.lstsq(xs * weight[:, None], y * weight, rcond=None)[0]
+    return coef / norm
 
 
 def _fit_prefill_terms(
@@ -603,25 +670,32 @@ def _finite(result: dict) -> dict:
 
 def validate(
     run_dir: Path,
-    overhead_from: Path | None = None,
+    overhead_from: list[Path] | None = None,
     measured_terms: dict[str, str] | None = None,
     repeat: Path | None = None,
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """The fidelity numbers and the tables the validation report draws. `overhead_from`: an
-    engine run whose measured per-step overheads are added to the price (held out: measured
-    there, judged here). `measured_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` /
+    """The fidelity numbers and the tables the validation report draws. `overhead_from`: engine
+    runs (probes of the same model and GPU) whose overhead terms, measured on their steps
+    pooled, are added to the price (held out: measured there, judged here). `measured_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` /
     `gpu.prefill_batch` values to price with instead of the run config's. `repeat`: another
     engine run of the same config, compared with this one as the simulation is
     (`repeat_errors`)."""
     run = _pricing(load_engine_run(run_dir), measured_terms)
     requests, num_clients = measured_requests(run)
     counts, replayed = replay(run, requests)
-    measured = measured_overheads(run, replayed)
-    if overhead_from is not None:
-        source = f"measured on {overhead_from.name} (kvsched validate)"
-        probe = _pricing(load_engine_run(overhead_from), measured_terms)
-        _, probe_steps = replay(probe, measured_requests(probe)[0])
-        run = with_overheads(run, measured_overheads(probe, probe_steps), source)
+    measured = measured_overheads([(run, replayed)])
+    if overhead_from:
+        source = f"measured on {' + '.join(p.name for p in overhead_from)} (kvsched validate)"
+        probes = [_pricing(load_engine_run(p), measured_terms) for p in overhead_from]
+        for path, probe in zip(overhead_from, probes, strict=True):
+            if (probe.cfg.model.name, probe.cfg.node.tp) != (run.cfg.model.name, run.cfg.node.tp):
+                raise ConfigError(
+                    f"--overhead-from {path}: a run of {probe.cfg.model.name} at tp "
+                    f"{probe.cfg.node.tp}; the terms must be measured on the run's model and tp "
+                    f"({run.cfg.model.name}, tp {run.cfg.node.tp})"
+                )
+        pairs = [(probe, replay(probe, measured_requests(probe)[0])[1]) for probe in probes]
+        run = with_overheads(run, measured_overheads(pairs), source)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
     steps = step_errors(run, latency, replayed)
     step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())
@@ -700,7 +774,12 @@ def summary_lines(result: dict) -> list[str]:
         )
     lines.append(
         f"  overheads measured here: device time x{result['measured_device_time_scale']:.3f}, "
-        f"{result['measured_step_overhead_s'] * 1e3:.2f} ms/step, "
+        f"{result['measured_step_overhead_s'] * 1e3:.2f} ms/step + "
+        f"{result['measured_decode_overhead_s'] * 1e6:.1f} us/decode; a step with a chunk: "
+        f"{result['measured_prefill_step_overhead_s'] * 1e3:.2f} ms + "
+        f"{result['measured_mixed_decode_overhead_s'] * 1e6:.1f} us/decode + "
+        f"{result['measured_chunk_overhead_s'] * 1e6:.0f} us/chunk + "
+        f"{result['measured_context_overhead_s'] * 1e9:.0f} ns/context token + "
         f"{result['measured_token_overhead_s'] * 1e6:.2f} us/prefill token, "
         f"{result['measured_mixed_step_floor_s'] * 1e3:.1f} ms graphed / "
         f"{result['measured_eager_step_floor_s'] * 1e3:.1f} ms eager mixed-step floor"
@@ -716,7 +795,7 @@ def summary_lines(result: dict) -> list[str]:
 def cmd_validate(args) -> int:
     from reports.output import check_output, write_output
 
-    overhead_from = None if args.overhead_from is None else Path(args.overhead_from)
+    overhead_from = [Path(p) for p in args.overhead_from or []]
     # Unusable output paths are refused before the work, not after it.
     if args.json:
         check_output(Path(args.json), "--json", f'"schema": "{SCHEMA}"')
@@ -752,7 +831,9 @@ def register(sub) -> None:
     p.add_argument(
         "--overhead-from",
         metavar="RUN_DIR",
-        help="add the per-step overheads measured on this engine run to the price",
+        nargs="+",
+        help="add the overhead terms measured on these engine runs (their steps pooled: probes "
+        "of the same model and GPU) to the price",
     )
     p.add_argument(
         "--repeat",

@@ -98,9 +98,15 @@ class GpuConfig(Strict):
     # Per prefill token of the step (norms, rotary, activations: elementwise work the GEMM and
     # attention tables leave out), seconds per token.
     token_overhead_s: float = Field(default=0.0, ge=0)
-    # Per decoding sequence of the step (its token's elementwise work and the engine's host
-    # work per sequence: gathering its ids and block table), seconds per sequence.
+    # Host time per decoding sequence of the step (the scheduler's work on it, gathering its ids
+    # and block table), seconds per sequence; added after the device time, never under a floor.
     decode_overhead_s: float = Field(default=0.0, ge=0)
+    # Host time a step with a prefill chunk adds on top of those (its inputs are built eagerly,
+    # not copied into a captured graph): per decoding sequence, per chunk, and per token of the
+    # chunks' context (block-table rows, the prefix match and the prefill plan over cached pages).
+    mixed_decode_overhead_s: float = Field(default=0.0, ge=0)
+    chunk_overhead_s: float = Field(default=0.0, ge=0)
+    context_overhead_s: float = Field(default=0.0, ge=0)
     # The least a step with a prefill chunk takes (before step_overhead_s): an engine that
     # launches such a step's attention from the host layer by layer cannot finish it faster
     # than it issues it, so small mixed steps are host-bound at about this time.

@@ -3,7 +3,8 @@
 # elementwise bench, then the serving runs back to back.
 # carry: .whl (pydantic, pydantic_core, annotated_types, typing_inspection, simpy, typing_extensions)
 #        .engine_data (the derived Azure slice)
-# env: GRAPHS (none | decode | all; default all), CONFIGS (default: the four runs), SKIP_CHECK=1,
+# env: GRAPHS (none | decode | all; default all), CONFIGS (default: the four runs and the two
+#      probes; the probes price the workloads, so serve them in the same call), SKIP_CHECK=1,
 #      SKIP_FUSED_BENCH=1 (the check without the fused elementwise bench), DURATION (override
 #      duration_s), KVSCHED_ENGINE_FUSED=0 (torch elementwise path), SERVE_TIMEOUT (s, default
 #      480: the serving process is killed past it; the runs it wrote still come back),
@@ -30,7 +31,7 @@ REPEATS=$(repeat_configs) || exit 1
 timeout -k 10 ${SERVE_TIMEOUT:-480} python3 -m kvsched.engine_run --graphs ${GRAPHS:-all} ${DURATION:+--duration-s $DURATION} --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/seed_1node.yaml --config engine/runs/configs/multi_turn.yaml \
   --config engine/runs/configs/shared_prefix.yaml --config engine/runs/configs/azure_conv.yaml \
-  --config engine/runs/configs/overhead_probe.yaml} $REPEATS \
+  --config engine/runs/configs/overhead_probe.yaml --config engine/runs/configs/host_probe.yaml} $REPEATS \
   2>&1 | tee -a $OUT/serve.log
 if [ -n "${SERVED_STEPS_POOL:-}" ]; then
   timeout -k 10 150 python3 -m engine.check --only decode_step_served --pool-pages $SERVED_STEPS_POOL \

@@ -4,7 +4,7 @@ tests/app/test_engine_runs.py recomputes and compares).
     python engine/runs/validations.py [RUN ...]
 
 Per run: validation.json (`kvsched validate RUN`: the kernels as calibrated). Per workload run
-(not a probe, not a repeat): validation_heldout.json (`--overhead-from` the probe of the same
+(not a probe, not a repeat): validation_heldout.json (`--overhead-from` the probes of the same
 model and TP), and validation_heldout_<term>.json (the same with one measured term on: l2, ragged,
 prefill; `all`: all three). A run with a repeat beside it (`<run>_repeat/`, the same config
 served again in the same device call) carries the engine's run-to-run errors (`--repeat`).
@@ -32,10 +32,15 @@ def measured_runs() -> list[Path]:
     return sorted(p.parent.parent for p in RUNS.glob("*/engine/steps.csv"))
 
 
-def probe_for(run_dir: Path) -> Path:
-    """The overhead probe run of the same model and TP (engine/runs/configs/*overhead_probe*)."""
+PROBES = ("overhead_probe", "host_probe")  # engine/runs/configs/<probe>.yaml
+
+
+def probes_for(run_dir: Path) -> list[Path]:
+    """The probe runs of the same model and TP served in the same device call (configs
+    overhead_probe.yaml and host_probe.yaml; a TP-2 round's is article70b_tp2_overhead_probe)."""
     tp2 = run_dir.name.startswith("article70b_tp2")
-    return RUNS / ("article70b_tp2_overhead_probe" if tp2 else "overhead_probe")
+    names = ["article70b_tp2_" + PROBES[0]] if tp2 else list(PROBES)
+    return [RUNS / name for name in names if (RUNS / name / "engine" / "steps.csv").is_file()]
 
 
 def repeat_for(run_dir: Path) -> Path | None:
@@ -45,7 +50,8 @@ def repeat_for(run_dir: Path) -> Path | None:
 
 
 def is_workload(run_dir: Path) -> bool:
-    return "overhead_probe" not in run_dir.name and not run_dir.name.endswith("_repeat")
+    probe = any(name in run_dir.name for name in PROBES)
+    return not probe and not run_dir.name.endswith("_repeat")
 
 
 def write(result: dict, path: Path) -> None:
@@ -68,10 +74,10 @@ def main() -> None:
         write(validate(run_dir, repeat=repeat)[0], run_dir / "validation.json")
         if not is_workload(run_dir):
             continue
-        probe = probe_for(run_dir)
-        write(validate(run_dir, probe, repeat=repeat)[0], run_dir / "validation_heldout.json")
+        probes = probes_for(run_dir)
+        write(validate(run_dir, probes, repeat=repeat)[0], run_dir / "validation_heldout.json")
         for name, terms in MEASURED_TERMS.items():
-            result = validate(run_dir, probe, terms, repeat)[0]
+            result = validate(run_dir, probes, terms, repeat)[0]
             write(result, run_dir / f"validation_heldout_{name}.json")
 
 

@@ -59,80 +59,113 @@ class LatencyModel(Protocol):
 
 class StepOverhead:
     """A latency model plus what its priced kernels leave out, each term measured on an engine
-    run (`kvsched validate`): a fixed cost per step (host work around the GPU: metadata, the
-    sync, sampling, the scheduler's CPU time), `gpu.step_overhead_s`; a cost per prefill token
-    (elementwise work: norms, rotary, activations), `gpu.token_overhead_s`; a cost per decoding
-    sequence (its token's elementwise work and the host's per-sequence work),
-    `gpu.decode_overhead_s`; an extra for a step that carries a prefill chunk,
-    `gpu.prefill_step_overhead_s`; and a floor under such a step's device time,
-    `gpu.mixed_step_floor_s` (an engine that launches attention from the host layer by layer is
-    host-bound on small mixed steps: it cannot finish a step faster than it issues it, and above
-    the floor the launches hide behind the GPU work), or `gpu.eager_step_floor_s` for a step of
-    more than `gpu.mixed_graph_max_tokens` tokens (launched whole from the host: every kernel
-    of every layer is a launch). The priced kernels themselves run `gpu.device_time_scale` times
-    as long on the serving machine as on the calibration machine.
+    run (`kvsched validate`), in two parts the engine clocks separately.
 
-        device = inner * scale + per_token * prefill_tokens + per_decode * decodes
-        step   = (max(device, floor) + prefill_extra if prefill else device) + overhead
+    Device (the GPU clock): the priced kernels run `gpu.device_time_scale` times as long on the
+    serving machine as on the calibration machine; a step with a prefill chunk adds its
+    elementwise work per prefill token (norms, rotary, activations), `gpu.token_overhead_s`, and
+    cannot take less than a floor, `gpu.mixed_step_floor_s` (an engine that launches attention
+    from the host layer by layer cannot finish a small mixed step faster than it issues it), or
+    `gpu.eager_step_floor_s` for a step of more than `gpu.mixed_graph_max_tokens` tokens
+    (launched whole from the host: every kernel of every layer is a launch).
+
+    Host (the CPU around the GPU, serial with it in a synchronous engine): a fixed cost per step,
+    `gpu.step_overhead_s` (the sync, sampling, the loop), and per decoding sequence,
+    `gpu.decode_overhead_s` (the scheduler's work on it, its ids and block table); a step with a
+    prefill chunk adds a fixed extra, `gpu.prefill_step_overhead_s`, and costs per decoding
+    sequence (`gpu.mixed_decode_overhead_s`: its inputs built eagerly, not copied into a graph),
+    per chunk (`gpu.chunk_overhead_s`) and per token of the chunks' context
+    (`gpu.context_overhead_s`: block-table rows, the prefix match, the prefill plan).
+
+        device = inner * scale + (max(... + per_token * prefill_tokens, floor) if prefill)
+        host   = overhead + per_decode * decodes
+                 + (extra + mixed_decode * decodes + per_chunk * chunks
+                    + per_context * context_tokens if prefill)
+        step   = device + host
     """
 
-    def __init__(
-        self,
-        inner: LatencyModel,
-        overhead_s: float,
-        prefill_extra_s: float = 0.0,
-        per_token_s: float = 0.0,
-        mixed_floor_s: float = 0.0,
-        per_decode_s: float = 0.0,
-        eager_floor_s: float = 0.0,
-        graph_max_tokens: int = 0,
-        device_scale: float = 1.0,
-    ):
-        self.inner, self.overhead_s = inner, overhead_s
-        self.device_scale = device_scale
-        self.prefill_extra_s, self.per_token_s = prefill_extra_s, per_token_s
-        self.mixed_floor_s, self.per_decode_s = mixed_floor_s, per_decode_s
-        self.eager_floor_s, self.graph_max_tokens = eager_floor_s, graph_max_tokens
-        self.name = (
-            f"{inner.name}+overhead({overhead_s * 1e3:.3g} ms/step, "
-            f"{prefill_extra_s * 1e3:.3g} ms/prefill step, {per_token_s * 1e6:.3g} us/token"
-            + (f", {per_decode_s * 1e6:.3g} us/decode" if per_decode_s else "")
-            + (f", {mixed_floor_s * 1e3:.3g} ms mixed-step floor" if mixed_floor_s else "")
-            + (f", {eager_floor_s * 1e3:.3g} ms eager-step floor" if eager_floor_s else "")
-            + (f", device time x{device_scale:.3g}" if device_scale != 1.0 else "")
-            + ")"
-        )
+    def __init__(self, inner: LatencyModel, terms: OverheadTerms, graph_max_tokens: int = 0):
+        self.inner, self.terms, self.graph_max_tokens = inner, terms, graph_max_tokens
+        self.name = f"{inner.name}+overhead({terms.describe()})"
 
-    def _with_terms(self, inner_s: float, prefill_tokens: int, num_decode: int) -> float:
-        device = (
-            inner_s * self.device_scale
-            + self.per_token_s * prefill_tokens
-            + self.per_decode_s * num_decode
-        )
+    def _with_terms(
+        self, inner_s: float, prefill_tokens: int, num_decode: int, chunks: int, context: int
+    ) -> float:
+        t = self.terms
+        device = inner_s * t.device_scale
+        host = t.overhead_s + t.per_decode_s * num_decode
         if prefill_tokens:
             graphed = prefill_tokens + num_decode <= self.graph_max_tokens
-            floor = self.mixed_floor_s if graphed else self.eager_floor_s
-            device = max(device, floor) + self.prefill_extra_s
-        return device + self.overhead_s
+            floor = t.mixed_floor_s if graphed else t.eager_floor_s
+            device = max(device + t.per_token_s * prefill_tokens, floor)
+            host += (
+                t.prefill_extra_s
+                + t.mixed_decode_s * num_decode
+                + t.per_chunk_s * chunks
+                + t.per_context_s * context
+            )
+        return device + host
 
     def step_time_s(self, plan: StepPlan) -> float:
-        prefill_tokens = int(plan.prefill_new.sum())
-        num_decode = int(plan.decode_ctx.shape[0])
-        return self._with_terms(self.inner.step_time_s(plan), prefill_tokens, num_decode)
+        return self._with_terms(
+            self.inner.step_time_s(plan),
+            int(plan.prefill_new.sum()),
+            int(plan.decode_ctx.shape[0]),
+            int(plan.prefill_new.shape[0]),
+            int(plan.prefill_ctx.sum()),
+        )
 
     def shape_time_s(self, shape: StepShape) -> float:
-        inner = self.inner.shape_time_s(shape)
-        return self._with_terms(inner, sum(shape.prefill_new), shape.num_decode)
+        return self._with_terms(
+            self.inner.shape_time_s(shape),
+            sum(shape.prefill_new),
+            shape.num_decode,
+            len(shape.prefill_new),
+            sum(shape.prefill_ctx),
+        )
 
     def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
         return self.inner.cascade_prefix_s(group_size, prefix_tokens)
 
     def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
+        t = self.terms  # no prefill: _with_terms' device and host parts without the chunk terms
         inner = self.inner.decode_steps_s(num_decode, ctx_sums)
-        device = (
-            inner * self.device_scale + self.per_decode_s * num_decode
-        )  # no prefill tokens: _with_terms
-        return device + self.overhead_s
+        return inner * t.device_scale + (t.overhead_s + t.per_decode_s * num_decode)
+
+
+@dataclass(frozen=True, slots=True)
+class OverheadTerms:
+    """StepOverhead's terms (the `gpu.` fields of the same meaning), seconds."""
+
+    overhead_s: float = 0.0  # step_overhead_s
+    prefill_extra_s: float = 0.0  # prefill_step_overhead_s
+    per_token_s: float = 0.0  # token_overhead_s
+    mixed_floor_s: float = 0.0  # mixed_step_floor_s
+    per_decode_s: float = 0.0  # decode_overhead_s
+    eager_floor_s: float = 0.0  # eager_step_floor_s
+    mixed_decode_s: float = 0.0  # mixed_decode_overhead_s
+    per_chunk_s: float = 0.0  # chunk_overhead_s
+    per_context_s: float = 0.0  # context_overhead_s
+    device_scale: float = 1.0  # device_time_scale
+
+    def describe(self) -> str:
+        parts = [
+            f"{self.overhead_s * 1e3:.3g} ms/step",
+            f"{self.prefill_extra_s * 1e3:.3g} ms/prefill step",
+            f"{self.per_token_s * 1e6:.3g} us/token",
+        ]
+        optional = [
+            (self.per_decode_s, 1e6, "us/decode"),
+            (self.mixed_decode_s, 1e6, "us/decode in a mixed step"),
+            (self.per_chunk_s, 1e6, "us/chunk"),
+            (self.per_context_s, 1e9, "ns/context token"),
+            (self.mixed_floor_s, 1e3, "ms mixed-step floor"),
+            (self.eager_floor_s, 1e3, "ms eager-step floor"),
+        ]
+        parts += [f"{v * unit:.3g} {label}" for v, unit, label in optional if v]
+        if self.device_scale != 1.0:
+            parts.append(f"device time x{self.device_scale:.3g}")
+        return ", ".join(parts)
 
 
 def prices_decode_batch(model: object) -> bool:

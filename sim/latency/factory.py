@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.config import ConfigError, GpuConfig, ModelConfig
-from sim.latency.base import LatencyModel, StepOverhead
+from sim.latency.base import LatencyModel, OverheadTerms, StepOverhead
 from sim.latency.calibrated import calibrated_latency_for
 from sim.latency.roofline import RooflineLatency
 
@@ -15,7 +15,7 @@ CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "kernels" / "calibration
 
 def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyModel:
     """Calibrated tables when the GPU's calibration file has this model and TP; else the roofline;
-    plus the GPU's fixed per-step overhead when it has one (`gpu.step_overhead_s`)."""
+    plus what the GPU's measured overhead terms add (sim.latency.base.StepOverhead), if any."""
     calibrated = calibrated_latency_for(model, gpu, tp, CALIBRATION_DIR)
     measured = (
         gpu.shared_page_reads == "l2"
@@ -29,19 +29,18 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
             f"with a table for {model.name} at tp {tp} (gpu.calibration); this GPU has none"
         )
     priced = calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
-    terms = (
-        gpu.step_overhead_s,
-        gpu.prefill_step_overhead_s,
-        gpu.token_overhead_s,
-        gpu.mixed_step_floor_s,
-        gpu.decode_overhead_s,
-        gpu.eager_step_floor_s,
-    )
-    if not any(terms) and gpu.device_time_scale == 1.0:
-        return priced
-    return StepOverhead(
-        priced,
-        *terms,
-        graph_max_tokens=gpu.mixed_graph_max_tokens,
+    terms = OverheadTerms(
+        overhead_s=gpu.step_overhead_s,
+        prefill_extra_s=gpu.prefill_step_overhead_s,
+        per_token_s=gpu.token_overhead_s,
+        mixed_floor_s=gpu.mixed_step_floor_s,
+        per_decode_s=gpu.decode_overhead_s,
+        eager_floor_s=gpu.eager_step_floor_s,
+        mixed_decode_s=gpu.mixed_decode_overhead_s,
+        per_chunk_s=gpu.chunk_overhead_s,
+        per_context_s=gpu.context_overhead_s,
         device_scale=gpu.device_time_scale,
     )
+    if terms == OverheadTerms():
+        return priced
+    return StepOverhead(priced, terms, graph_max_tokens=gpu.mixed_graph_max_tokens)

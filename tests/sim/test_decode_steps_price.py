@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sim.config import parse_config
 from sim.latency import RooflineLatency, StepShape, make_latency_model
-from sim.latency.base import StepOverhead
+from sim.latency.base import OverheadTerms, StepOverhead
 
 
 def _models():
@@ -24,7 +24,19 @@ def _models():
         cal2,
         RooflineLatency(one.model, one.gpu, 1),
         RooflineLatency(two.model, two.gpu, 2),
-        StepOverhead(cal1, 0.0031, 0.002, 7.3e-6),
+        StepOverhead(
+            cal1,
+            OverheadTerms(
+                overhead_s=0.0031,
+                prefill_extra_s=0.002,
+                per_token_s=7.3e-6,
+                per_decode_s=6.1e-6,
+                mixed_decode_s=2.2e-5,
+                per_chunk_s=1e-4,
+                per_context_s=1.1e-7,
+                device_scale=1.03,
+            ),
+        ),
     ]
 
 
