@@ -18,7 +18,8 @@ REPEATS=$(repeat_configs) || exit 1
 timeout -k 10 ${SERVE_TIMEOUT:-420} torchrun --nproc-per-node 2 -m kvsched.engine_run \
   --graphs ${GRAPHS:-all} --out-root $OUT/runs ${CONFIGS:-\
   --config engine/runs/configs/article70b_tp2_shared_prefix.yaml \
-  --config engine/runs/configs/article70b_tp2_overhead_probe.yaml} $REPEATS 2>&1 | tee $OUT/serve_tp2.log
+  --config engine/runs/configs/article70b_tp2_overhead_probe.yaml \
+  --config engine/runs/configs/article70b_tp2_host_probe.yaml} $REPEATS 2>&1 | tee $OUT/serve_tp2.log
 echo "torchrun exit: ${PIPESTATUS[0]}" | tee -a $OUT/serve_tp2.log
 tar czf $OUT/runs_tp2.tgz -C $OUT runs && rm -rf $OUT/runs
 kill $CLOCKS 2>/dev/null

@@ -37,9 +37,9 @@ PROBES = ("overhead_probe", "host_probe")  # engine/runs/configs/<probe>.yaml
 
 def probes_for(run_dir: Path) -> list[Path]:
     """The probe runs of the same model and TP served in the same device call (configs
-    overhead_probe.yaml and host_probe.yaml; a TP-2 round's is article70b_tp2_overhead_probe)."""
-    tp2 = run_dir.name.startswith("article70b_tp2")
-    names = ["article70b_tp2_" + PROBES[0]] if tp2 else list(PROBES)
+    overhead_probe.yaml and host_probe.yaml; at TP 2 article70b_tp2_<probe>.yaml), those present."""
+    prefix = "article70b_tp2_" if run_dir.name.startswith("article70b_tp2") else ""
+    names = [prefix + probe for probe in PROBES]
     return [RUNS / name for name in names if (RUNS / name / "engine" / "steps.csv").is_file()]
 
 
