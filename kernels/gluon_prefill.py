@@ -22,6 +22,14 @@ only (`ready`: the copy partition's copies landed and were fenced for the async 
 both consumers' P @ V of that stage retired), so the consumers drift apart and one's softmax
 can run under the other's products. 15% faster than the Triton loop on the H200 (session 7).
 
+Session 8 (kernels/README.md; measured on the H200, none faster than loop 2, all off by
+default): loop 3 (`_ps_prefill_kernel`, gluon=3) is loop 2 made persistent (one program per SM
+takes (work item, KV head) units; the copy partition copies the next unit's Q and first K/V
+tiles while the consumers finish the current one): 2-3% faster on 2K chunks, 2-7% slower from
+4K on. Loop 2's stage count and ready lag (WS_MAX_STAGES, WS_READY_LAG: more tiles' copies in
+flight) were 5-8% slower on every shape, and its consumers taking turns (WS_PINGPONG) gained
+nothing.
+
 Same arguments and work list as `kernels.paged_prefill._paged_prefill_kernel` (a program = one
 work item x one KV head; partials when the item is a split), for tiles of 128 rows (BLOCK_Q x
 GROUP_P), head_dim 128 (written for 64-256, a power of two, but run on the GPU at 128 only;

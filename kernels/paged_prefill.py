@@ -81,7 +81,8 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
 # block_m ("tiles_wide" only): its tile rows; <= the plan's block_m turns the class off.
 # gluon: the class's tiles through kernels.gluon_prefill (Hopper, Gluon: P @ V of tile t-1 in
 # flight while tile t's softmax runs; 1: one 8-warp partition, 2: warp-specialised, two consumer
-# warpgroups and a copy partition) where it can run, else the Triton kernel (0; session 7).
+# warpgroups and a copy partition; 3: loop 2 made persistent, session 8, slower from 4K on)
+# where it can run, else the Triton kernel (0; session 7).
 LAUNCH_KEYS = ("block_n", "num_warps", "num_stages", "warp_specialize", "lazy_rescale", "gluon")
 CLASS_KEYS = (*LAUNCH_KEYS, "split_programs_per_sm", "block_m")
 _BASE_LAUNCH: dict[str, Any] = {
