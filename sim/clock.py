@@ -6,16 +6,27 @@ push and pop and a plain call, not a SimPy event and a generator resumption. The
 merged in SimPy's own order, (time, priority, event id) with ids from SimPy's counter, and the
 clock reads exactly the parked time, so a parked step ends at the same moment, relative to every
 other event, as the timeout it replaces: results are identical to the step-by-step driver.
+
+Decode spans (`start_span`): a node whose next steps change nothing outside it until someone
+looks hands the clock all their end times at once. Only the span's last end is queued; the ends
+before it are passed without any work (the clock reads how many when the node asks: `passed`).
+Each of those quiet ends would have been an event with an id drawn when the end before it was
+passed, and its place among events of the same time depends on that id. Such an exact tie is
+rare, so the clock keeps just enough to decide it when it happens: a log of the events it
+processed while a span runs (key, and the next id then), from which the id an end would have
+drawn is known (`_Stamp`): after every id drawn before the event that follows the end before it,
+before every id drawn from then on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from heapq import heappop, heappush, heapreplace
+from bisect import bisect_left
+from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import Any, Protocol
 
 import simpy
-from simpy.core import NORMAL
+from simpy.core import NORMAL, URGENT
 
 
 class StepEnd(Protocol):
@@ -24,15 +35,61 @@ class StepEnd(Protocol):
         ...
 
 
+class Span:
+    """A node's decode span on the clock: `times[j]` is the end of its step j (step 0 ended when
+    it started); ends 1 .. last - 1 are quiet, the node's `step_ended` is called at end `last`."""
+
+    __slots__ = ("actor", "times", "last", "first_id", "stamps", "active")
+
+    def __init__(self, actor: StepEnd, times: list[float], first_id: int):
+        self.actor = actor
+        self.times = times
+        self.last = len(times) - 1
+        self.first_id = first_id  # the id end 1 drew (when the span started)
+        self.stamps: dict[int, float] = {}  # settled stamps of its ends (ties only)
+        self.active = True
+
+
+class _Stamp:
+    """The id end j of a span would have drawn, as the third member of its event key; only read
+    when an event of the same time and priority is compared with it."""
+
+    __slots__ = ("clock", "span", "j")
+
+    def __init__(self, clock: Clock, span: Span, j: int):
+        self.clock, self.span, self.j = clock, span, j
+
+    def __eq__(self, other: object) -> bool:
+        return self is other  # an id is never equal to another event's
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __lt__(self, other: object) -> bool:
+        return self.clock._id_lt(self, other)
+
+    def __gt__(self, other: object) -> bool:
+        return self.clock._id_lt(other, self)
+
+
+EventId = Any  # an int (an event's id) or a _Stamp (a span end's)
+Key = tuple[float, int, EventId]
+
+
 class Clock(simpy.Environment):
     def __init__(self, initial_time: float = 0.0):
         super().__init__(initial_time)
-        # (time, priority, id, actor, quiet ends: None or an iterator of next end times)
-        self._step_ends: list[tuple[float, int, int, StepEnd, Iterator[float] | None]] = []
+        # (time, priority, id, actor, span): span is None, or the Span whose last end this is
+        self._step_ends: list[tuple[float, int, EventId, StepEnd, Span | None]] = []
         self.num_events = 0  # SimPy events processed
         # Called when `run` returns: actors that keep state behind (a node's decode span)
         # bring it up to date, so whoever reads it after a run sees the exact state.
         self.syncs: list[Callable[[], None]] = []
+        self._last_id = -1  # the last id drawn from SimPy's counter
+        self._current: Key = (initial_time, URGENT, -1)  # the event being processed
+        self._spans: list[Span] = []  # spans running
+        # While a span runs: (time, priority, id, next id) of each event processed, in order
+        self._log: list[tuple[float, int, EventId, int]] = []
 
     def run(self, until: Any = None) -> Any:
         try:
@@ -40,37 +97,149 @@ class Clock(simpy.Environment):
         finally:
             for sync in self.syncs:
                 sync()
+            self._trim_log()
 
-    def park(
-        self,
-        at_s: float,
-        actor: StepEnd,
-        priority: int = NORMAL,
-        quiet: Iterator[float] | None = None,
-    ) -> None:
+    def schedule(self, event: simpy.Event, priority: Any = NORMAL, delay: Any = 0) -> None:
+        """SimPy's, keeping the last id drawn."""
+        eid = self._last_id = next(self._eid)
+        heappush(self._queue, (self._now + delay, priority, eid, event))
+
+    def park(self, at_s: float, actor: StepEnd, priority: int = NORMAL) -> None:
         """Call `actor.step_ended()` at simulated time `at_s` (>= now), ordered as an event of
-        this priority scheduled now would be (NORMAL: a timeout; URGENT: a process's start).
-        `quiet` (a node's decode span): while it yields, the end changes nothing outside the
-        actor and only counts: the clock parks the next end at the time it yields, as `park`
-        would have then (step_ended is called at the first end it yields none for)."""
-        heappush(self._step_ends, (at_s, priority, next(self._eid), actor, quiet))
+        this priority scheduled now would be (NORMAL: a timeout; URGENT: a process's start)."""
+        eid = self._last_id = next(self._eid)
+        heappush(self._step_ends, (at_s, priority, eid, actor, None))
 
+    # -- decode spans ----------------------------------------------------------------------------
+    def start_span(self, actor: StepEnd, times: list[float]) -> Span:
+        """Run steps ending at times[1], times[2], ... (times[0]: now) as one span: the clock
+        calls `actor.step_ended()` at the last end only (or at the end `cut_span` makes last)."""
+        eid = self._last_id = next(self._eid)  # end 1's id, as park would draw it now
+        span = Span(actor, times, eid)
+        self._spans.append(span)
+        self._queue_last(span)
+        return span
+
+    def cut_span(self, span: Span, last: int) -> None:
+        """End the span at its end `last` (earlier than planned; not passed yet)."""
+        if last != span.last:
+            span.last = last  # the entry queued for the old last end is skipped
+            self._queue_last(span)
+
+    def end_span(self, span: Span) -> None:
+        """The span is over (its last end was reached, or it was applied and dropped)."""
+        if span.active:
+            span.active = False
+            self._spans.remove(span)
+
+    def passed(self, span: Span) -> int:
+        """How many of the span's quiet ends (1 .. last - 1) are before the event the clock is
+        processing (or processed last): the steps that ended."""
+        times, last, current = span.times, span.last, self._current
+        k = bisect_left(times, current[0], 1, last)
+        while k < last and times[k] == current[0] and self._key_lt(self._key(span, k), current):
+            k += 1
+        return k - 1
+
+    def _queue_last(self, span: Span) -> None:
+        last = span.last
+        stamp = span.first_id if last == 1 else _Stamp(self, span, last)
+        heappush(self._step_ends, (span.times[last], NORMAL, stamp, span.actor, span))
+
+    # -- the loop --------------------------------------------------------------------------------
     def peek(self) -> float:
-        parked = self._step_ends[0][0] if self._step_ends else float("inf")
+        ends = self._step_ends
+        while ends and ends[0][4] is not None and not self._due(ends[0]):
+            heappop(ends)  # a span end that was cut away
+        parked = ends[0][0] if ends else float("inf")
         return min(parked, super().peek())
 
     def step(self) -> None:
         """Run the parked step ends due before SimPy's next event, then that event."""
-        ends, queue, eid = self._step_ends, self._queue, self._eid
+        ends, queue = self._step_ends, self._queue
         # Ids are unique, so the tuples compare on (time, priority, id) and never further.
-        while ends and (not queue or ends[0] < queue[0]):  # type: ignore[operator]
-            at_s, _, _, actor, quiet = ends[0]
+        while ends and (not queue or ends[0] < queue[0]):
+            at_s, priority, eid, actor, span = heappop(ends)
+            if span is not None and not self._due((at_s, priority, eid, actor, span)):
+                continue
             self._now = at_s
-            next_s = None if quiet is None else next(quiet, None)
-            if next_s is None:
-                heappop(ends)
-                actor.step_ended()
-            else:  # pop this end and park the next one (as `park` would), in one heap pass
-                heapreplace(ends, (next_s, NORMAL, next(eid), actor, quiet))
+            self._current = (at_s, priority, eid)
+            if self._spans:  # the log: only ties with a span's quiet ends read it
+                self._log.append((at_s, priority, eid, self._last_id + 1))
+            actor.step_ended()
+        if queue:
+            at_s, priority, eid, _ = queue[0]
+            self._current = (at_s, priority, eid)
+            if self._spans:
+                self._log.append((at_s, priority, eid, self._last_id + 1))
         self.num_events += 1
         super().step()
+
+    @staticmethod
+    def _due(entry: tuple) -> bool:
+        """Is this queued span end still the span's last (not cut away)?"""
+        span = entry[4]
+        return span.active and span.last == _index(entry)
+
+    def _trim_log(self) -> None:
+        """Drop what no running span can ask about: events before every span's first end."""
+        if not self._spans:
+            self._log.clear()
+            return
+        oldest = min(span.times[1] for span in self._spans)
+        drop = bisect_left(self._log, (oldest,))
+        if drop:
+            del self._log[:drop]
+
+    # -- exact ties --------------------------------------------------------------------------------
+    def _key(self, span: Span, j: int) -> Key:
+        return (span.times[j], NORMAL, span.first_id if j == 1 else _Stamp(self, span, j))
+
+    def _key_lt(self, a: Key, b: Key) -> bool:
+        if a[0] != b[0]:
+            return a[0] < b[0]
+        if a[1] != b[1]:
+            return a[1] < b[1]
+        return self._id_lt(a[2], b[2])
+
+    def _id_lt(self, a: EventId, b: EventId) -> bool:
+        """Was id a drawn before id b? Two ends stamped in the one gap between two events were
+        drawn in the order of the ends before them."""
+        while True:
+            if isinstance(a, _Stamp) and isinstance(b, _Stamp) and a.span is b.span:
+                return a.j < b.j
+            va, vb = self._value(a), self._value(b)
+            if va != vb or not (isinstance(a, _Stamp) and isinstance(b, _Stamp)):
+                return va < vb
+            ka, kb = self._key(a.span, a.j - 1), self._key(b.span, b.j - 1)
+            if ka[0] != kb[0]:
+                return ka[0] < kb[0]
+            a, b = ka[2], kb[2]
+
+    def _value(self, x: EventId) -> float:
+        """An id as a number: an event's own; for end j >= 2 of a span, the next id when the
+        event after its end j - 1 began, less a half (drawn after every id before it and
+        before that one); while no event after end j - 1 began, the next id now, less a half."""
+        if not isinstance(x, _Stamp):
+            return x
+        span, j = x.span, x.j
+        if j == 1:
+            return span.first_id
+        settled = span.stamps.get(j)
+        if settled is not None:
+            return settled
+        key = self._key(span, j - 1)
+        log = self._log
+        at = bisect_left(log, (key[0],))
+        while at < len(log) and log[at][0] == key[0] and self._key_lt(log[at][:3], key):
+            at += 1
+        if at == len(log):
+            return self._last_id + 0.5
+        value = span.stamps[j] = log[at][3] - 0.5
+        return value
+
+
+def _index(entry: tuple) -> int:
+    """The span end a queued entry stands for."""
+    stamp = entry[2]
+    return stamp.j if isinstance(stamp, _Stamp) else 1

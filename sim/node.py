@@ -14,9 +14,10 @@ share it.
 
 Decode spans (the default driver only). While the node decodes the same batch step after step
 (no request finishes, nothing can be admitted, every next token finds a free page), a step's end
-changes nothing anyone else sees until they look: the node still parks every step end (so steps
-keep their place among all events), prices it and counts it, but leaves the requests, the KV
-pool and the prefix index behind (pages filled by generated tokens are indexed later, at their
+changes nothing anyone else sees until they look: the node prices the span's steps at its start
+and hands their end times to the clock as one entry (`Clock.start_span`: each end keeps its
+place among all events, the clock says how many have passed when asked), but leaves the
+requests, the KV pool and the prefix index behind (pages filled by generated tokens are indexed later, at their
 own step's end time and in their own order) and brings them up to date in one pass (`_sync`:
 Scheduler.repeat_decodes) when anything outside reads or changes the node (its `kv`, `waiting`,
 `running`, `submit`, `wake`, `sync_index`: the router before it reads the routing table the
@@ -29,11 +30,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import reduce
 from itertools import accumulate
-from operator import add, length_hint
+from operator import add
 
 import simpy
 from simpy.core import URGENT
 
+from sim.clock import Span
 from sim.config import NodeConfig
 from sim.executor import StepExecutor
 from sim.kv.manager import KVUsage
@@ -87,11 +89,10 @@ class Node(SchedulerQueues):
         self._span_prices_of = getattr(executor, "decode_span_prices", None)
         self._span_ok = self._repeat_ok and on_step is None and self._span_prices_of is not None
         # Steps of a span are numbered from the one whose end started it (0). Step i >= 1 costs
-        # _span_prices[i - 1] and ends at _span_times[i]. The clock passes the span's quiet
-        # step ends by drawing the next end time from _span_ends (an iterator over
-        # _span_next_ends, the times of steps 2 .. the last): no call into the node. How many
-        # it drew is how many step ends the span passed (`_span_index`); cutting the list
-        # short ends the span with the step in flight.
+        # _span_prices[i - 1] and ends at _span_times[i]. The clock holds the span as one entry
+        # (sim/clock.py: Span) and calls the node back at its last end only; how many step ends
+        # it passed meanwhile is read from the clock when asked (`_span_index`); cutting the
+        # span short ends it with the step in flight.
         # A decode span is running (public: the router asks `sync_index` only of these nodes)
         self.in_span = False
         self._span_counted = 0  # step ends passed of which busy_s and num_steps count
@@ -99,8 +100,7 @@ class Node(SchedulerQueues):
         # while _span_applied <= _span_index)
         self._span_prices: list[float] = []
         self._span_times: list[float] = []
-        self._span_next_ends: list[float] = []
-        self._span_ends = iter(self._span_next_ends)
+        self._span: Span | None = None  # the span on the clock
         self._span_first_sum = 0  # decode context sum of step 1
         self._span_keys: set[int] | None = None  # page keys the span indexes (when asked)
         if self._span_ok:
@@ -139,7 +139,7 @@ class Node(SchedulerQueues):
         the clock drew (none when no span runs)."""
         if not self.in_span:
             return 0
-        return len(self._span_next_ends) - length_hint(self._span_ends)
+        return self.env.passed(self._span)  # type: ignore[attr-defined]
 
     def free_tokens(self) -> int:
         """kv.free_tokens() as the step-by-step driver shows it now, without bringing a span up
@@ -175,7 +175,8 @@ class Node(SchedulerQueues):
         stored = self._span_keys
         if stored is None:  # the keys of every page the span indexes (from its first step)
             stored = self._span_keys = self.scheduler.span_store_keys(
-                self._batch_seqs, len(self._span_next_ends) + 1
+                self._batch_seqs,
+                self._span.last,  # type: ignore[union-attr]
             )
         if not stored.isdisjoint(keys):
             self._sync()
@@ -203,7 +204,7 @@ class Node(SchedulerQueues):
         ahead = 0  # steps a span ended and did not apply yet (each plans one more)
         if self.in_span:  # new work: the span ends with the step in flight, applied at its end
             k = self._span_index
-            del self._span_next_ends[k:]  # the clock draws no more
+            self.env.cut_span(self._span, k + 1)  # type: ignore[attr-defined]
             ahead = max(0, k + 1 - self._span_applied)
         seq.node = self.node_id
         if self.down:  # routed before the crash was known (or every node is down)
@@ -230,6 +231,8 @@ class Node(SchedulerQueues):
             if self.in_span:  # it ran out: the step that just ended is the node's own again
                 self._sync()
                 self.in_span = False
+                self.env.end_span(self._span)  # type: ignore[attr-defined]
+                self._span = None
                 self._span_applied = 1
                 self._span_prices, self._span_times = [], []
             if self._batch_decode and self._repeat():
@@ -292,7 +295,6 @@ class Node(SchedulerQueues):
             step_s = self._span_prices[0]
             self._decode_sum += len(seqs)
             self._in_flight = (step, now, step_s)
-            self.env.park(self._span_times[1], self, quiet=self._span_ends)  # type: ignore[attr-defined]
             return True
         scheduler.repeat_decode(seqs, now)
         self._decode_sum += len(seqs)
@@ -313,14 +315,13 @@ class Node(SchedulerQueues):
         first = self._decode_sum + size
         sums = range(first, first + size * span, size)  # steps 1 .. span
         prices = self._span_prices_of(step, sums)  # type: ignore[misc]
-        if prices is None:
+        if prices is None or min(prices) <= 0.0:  # the clock needs the span's ends in order
             return False
         self._span_prices = prices
         self._span_keys = None
         # Each end is the previous one plus its price, as the clock would park them one by one.
         times = self._span_times = list(accumulate(prices, initial=now))
-        self._span_next_ends = times[2:]
-        self._span_ends = iter(self._span_next_ends)
+        self._span = self.env.start_span(self, times)  # type: ignore[attr-defined]
         self._span_first_sum = first
         self.in_span = True
         self._span_counted = self._span_applied = 0

@@ -84,6 +84,9 @@ class PagePool:
         self.num_retired = 0
         self.peak_retired = 0
         self.use_after_free = 0
+        # An upper bound of read_until_s (the latest any page is read): a page handed out at or
+        # after it cannot be a use-after-free, so allocations skip the per-page check.
+        self._read_until_max = -np.inf
 
     # -- queries ---------------------------------------------------------------------------
     def free_pages(self) -> np.ndarray:
@@ -113,7 +116,8 @@ class PagePool:
         pages = self._ring_slice(self._head, n)
         self._head = (self._head + n) % self.num_pages
         self.num_free -= n
-        self.use_after_free += int(np.count_nonzero(self.read_until_s[pages] > now))
+        if now < self._read_until_max:
+            self.use_after_free += int(np.count_nonzero(self.read_until_s[pages] > now))
         self.ref_count[pages] = 1
         self.state[pages] = USED
         self.num_used += n
@@ -126,12 +130,13 @@ class PagePool:
         n = len(nows)
         assert n <= self.num_free, "allocate_at() without enough free pages"
         head, num_pages = self._head, self.num_pages
+        checked = n and min(nows) < self._read_until_max  # else no page can be unsafe
         if n > ALLOCATE_AT_SCALAR_MAX:
             arr = self._ring_slice(head, n)
-            unsafe_arr = self.read_until_s[arr] > np.array(nows)
+            unsafe = (self.read_until_s[arr] > np.array(nows)).tolist() if checked else [False] * n
             self.ref_count[arr] = 1
             self.state[arr] = USED
-            pages, unsafe = page_ids(arr), unsafe_arr.tolist()
+            pages = page_ids(arr)
         else:
             ring, read_until, ref_count, state = (
                 self._ring,
@@ -140,13 +145,17 @@ class PagePool:
                 self.state,
             )
             ids = _PAGE_IDS
-            pages, unsafe = [], []
-            for i, now in enumerate(nows):
-                page = ids[int(ring[(head + i) % num_pages])]
-                unsafe.append(bool(read_until[page] > now))
+            if head + n <= num_pages:  # no wrap: one read of the ring
+                pages = [ids[p] for p in ring[head : head + n].tolist()]
+            else:
+                pages = [ids[int(ring[(head + i) % num_pages])] for i in range(n)]
+            for page in pages:
                 ref_count[page] = 1
                 state[page] = USED
-                pages.append(page)
+            if checked:
+                unsafe = [bool(read_until[p] > now) for p, now in zip(pages, nows, strict=True)]
+            else:
+                unsafe = [False] * n
         self._head = (head + n) % num_pages
         self.num_free -= n
         self.use_after_free += sum(unsafe)
@@ -178,9 +187,10 @@ class PagePool:
         assert not counts.size or counts.min() >= 0, "reference count would go negative"
         self.ref_count[arr] = counts
         if last_read_s > -np.inf:
-            self.read_until_s[arr] = np.maximum(
-                self.read_until_s[arr], last_read_s + self.race_window_s
-            )
+            until = last_read_s + self.race_window_s
+            self.read_until_s[arr] = np.maximum(self.read_until_s[arr], until)
+            if until > self._read_until_max:
+                self._read_until_max = until
         zero = arr[counts == 0]
         if zero.size:
             self.num_used -= int(zero.size)

@@ -1,0 +1,129 @@
+"""A decode span held by the clock as one entry (sim/clock.py: `start_span`) is passed exactly as
+its steps parked one by one would be: every event of the run sees the same number of the span's
+step ends passed, and the span's last end comes at the same place among all events, even when
+times tie exactly (grid times below: ends, probes and timeouts often fall on one instant)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from simpy.core import NORMAL, URGENT
+
+from sim.clock import Clock
+
+GRID = 0.25  # every time is a multiple of it: exact sums, many ties
+NUM_ACTORS = 3
+
+
+class StepByStep:
+    """The reference: each end parked when the one before it is passed."""
+
+    def __init__(self, env: Clock, name: int, log: list):
+        self.env, self.name, self.log = env, name, log
+        self.active = False
+
+    def start(self, times: list[float]) -> None:
+        self.times, self.last, self.count, self.active = times, len(times) - 1, 0, True
+        self.env.park(times[1], self)
+
+    def step_ended(self) -> None:
+        self.count += 1
+        if self.count == self.last:
+            self.active = False
+            self.log.append((self.env.now, "last", self.name))
+        else:
+            self.env.park(self.times[self.count + 1], self)
+
+    def passed(self) -> int | None:
+        return self.count if self.active else None
+
+    def cut(self) -> None:
+        self.last = self.count + 1
+
+
+class OneEntry:
+    """The clock's span: one entry, the ends passed read when asked."""
+
+    def __init__(self, env: Clock, name: int, log: list):
+        self.env, self.name, self.log = env, name, log
+        self.active = False
+
+    def start(self, times: list[float]) -> None:
+        self.span, self.active = self.env.start_span(self, times), True
+
+    def step_ended(self) -> None:
+        self.env.end_span(self.span)
+        self.active = False
+        self.log.append((self.env.now, "last", self.name))
+
+    def passed(self) -> int | None:
+        return self.env.passed(self.span) if self.active else None
+
+    def cut(self) -> None:
+        self.env.cut_span(self.span, self.env.passed(self.span) + 1)
+
+
+class Probe:
+    """An event that reads every actor, may start or cut one actor's span, and may park or
+    schedule a follow-up probe."""
+
+    def __init__(self, env: Clock, actors: list, log: list, plan: dict, name: str):
+        self.env, self.actors, self.log, self.plan, self.name = env, actors, log, plan, name
+
+    def step_ended(self, _event=None) -> None:
+        env, plan = self.env, self.plan
+        self.log.append((env.now, self.name, tuple(a.passed() for a in self.actors)))
+        actor = self.actors[plan["actor"]]
+        if plan["action"] == "start" and not actor.active:
+            steps = [GRID * k for k in plan["steps"]]
+            times = [env.now]
+            for s in steps:
+                times.append(times[-1] + s)
+            actor.start(times)
+        elif plan["action"] == "cut" and actor.active:
+            actor.cut()
+        child = plan.get("child")
+        if child is not None:
+            schedule(env, Probe(env, self.actors, self.log, child, self.name + "'"), child)
+
+
+def schedule(env: Clock, probe: Probe, plan: dict) -> None:
+    delay = GRID * plan["delay"]
+    if plan["via"] == "park":
+        env.park(env.now + delay, probe, NORMAL)
+    elif plan["via"] == "urgent":
+        env.park(env.now + delay, probe, URGENT)
+    else:  # a SimPy timeout
+        env.timeout(delay).callbacks.append(probe.step_ended)
+
+
+def run(kind, plans: list[dict], chunks: int) -> list:
+    env, log = Clock(), []
+    actors = [kind(env, i, log) for i in range(NUM_ACTORS)]
+    for i, plan in enumerate(plans):
+        schedule(env, Probe(env, actors, log, plan, str(i)), plan)
+    end = 12.0
+    for c in range(1, chunks + 1):
+        env.run(until=end * c / chunks)
+        log.append(("run", env.now, tuple(a.passed() for a in actors)))
+    return log
+
+
+probe_plan = st.deferred(
+    lambda: st.fixed_dictionaries(
+        {
+            "delay": st.integers(0, 12),
+            "via": st.sampled_from(["park", "urgent", "timeout"]),
+            "actor": st.integers(0, NUM_ACTORS - 1),
+            "action": st.sampled_from(["start", "start", "cut", "none"]),
+            "steps": st.lists(st.integers(1, 3), min_size=2, max_size=12),  # prices > 0
+        },
+        optional={"child": probe_plan},
+    )
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(probe_plan, min_size=1, max_size=12), st.integers(1, 4))
+def test_a_span_on_the_clock_is_passed_as_its_steps_one_by_one(plans, chunks):
+    assert run(OneEntry, plans, chunks) == run(StepByStep, plans, chunks)
