@@ -117,6 +117,10 @@ class IndexBase(ABC):
     ) -> list[int]:
         """Index consecutive full pages under `parent`; returns the positions indexed."""
 
+    def insert_page(self, page: int, key: int, parent: int, tokens: np.ndarray) -> bool:
+        """`insert_chain` of one page (tokens: its int32 [page_size] ids): was it indexed?"""
+        return bool(self.insert_chain([page], [key], parent, tokens.reshape(1, -1)))
+
     @abstractmethod
     def _forget(self, pages: np.ndarray) -> None:
         """Drop the pages from the lookup structure (the implementation's dicts)."""

@@ -174,17 +174,20 @@ class PagedKVCache:
                 return  # the chain is broken (a parent was not indexed): nothing below is reachable
             parent = stand_in
         p = self.page_size
+        if end - first == 1:  # a generated page (or a prompt's last): scalar writes
+            page = pages[first]
+            key = int(keys[first])
+            if self.index.insert_page(page, key, parent, prompt[first * p : end * p]):
+                self.stats.created_s[page] = now
+                self.stats.last_access_s[page] = now
+                self.stats.hit_count[page] = 1
+                self._emit("stored", [key])
+            return
         chunk = pages[first:end]
         chunk_keys = keys[first:end].tolist()
         tokens = prompt[first * p : end * p].reshape(end - first, p)
         placed = self.index.insert_chain(chunk, chunk_keys, parent, tokens)
-        if len(placed) == 1 and len(chunk) == 1:  # one generated page: scalar writes
-            page = chunk[0]
-            self.stats.created_s[page] = now
-            self.stats.last_access_s[page] = now
-            self.stats.hit_count[page] = 1
-            self._emit("stored", chunk_keys)
-        elif placed:
+        if placed:
             if placed == list(range(len(chunk))):  # the usual case: the whole chunk
                 new, new_keys = chunk, chunk_keys
             else:

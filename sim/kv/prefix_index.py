@@ -123,6 +123,24 @@ class TwoLevelIndex(IndexBase):
         self._link_run(pages, keys, tokens, 0, count, parent)
         return list(range(count))
 
+    def insert_page(self, page: int, key: int, parent: int, tokens: np.ndarray) -> bool:
+        """`insert_chain` of one page (a request's generated page, ~80,000 an engine arm): the
+        same slot claim and links, without the chain's lists and arrays."""
+        slots = self.key_to_page
+        if self.verify_tokens and self.overflow:
+            if not self._insert_one(page, key, parent, tokens):
+                return False
+        else:
+            size = len(slots)
+            slots.setdefault(key, page)  # one dict operation: a taken key leaves the size as it was
+            if len(slots) == size and (
+                not self.verify_tokens or not self._insert_one(page, key, parent, tokens)
+            ):
+                return False  # hash_only trusts the holder: nothing is indexed
+        self._link_one(page, key, parent)
+        self.token_table[page] = tokens
+        return True
+
     def _claim_leading(self, pages: list[int], keys: list[int]) -> int:
         slots = self.key_to_page
         size = len(slots)
