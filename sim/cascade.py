@@ -14,7 +14,9 @@ kernels/README.md.)
 
 Groups are found from the block tables themselves: decodes whose first page is the same physical
 page share a prefix, as long as their page ids agree (the prefix index hands the same pages to
-every request that hits them).
+every request that hits them). The executors find them step after step with `SharingGroups`,
+which compares only the pages appended since a group's last step (a block table only grows;
+sim/kv/manager.py gives a request a new list when it starts over).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 
 from sim.executor import DecodePrices, ModelledExecutor, RemoteTransfer
-from sim.latency.base import LatencyModel, StepShape
+from sim.latency.base import LatencyModel, StepShape, prices_decode_batch
 from sim.scheduler import BatchItem, Step
 
 # (id of the group's first block table, id of another) -> where they last differed
@@ -87,10 +89,80 @@ def span_groups(
     """`shared_prefix_groups` of the batch and of every decode step it runs on (its decodes
     append pages of their own only); None when a group's share is held down by a member's last
     page, which becomes a shared one as that member decodes on."""
-    groups = _groups(items, page_size, memo)
+    return _uncapped(_groups(items, page_size, memo))
+
+
+def _uncapped(groups: list[tuple[int, int, bool]]) -> list[tuple[int, int]] | None:
+    """`span_groups` of a step's `_groups`."""
     if any(capped for *_, capped in groups):
         return None
     return [(size, tokens) for size, tokens, _ in groups]
+
+
+# id of a group's first block table -> (ids of its tables, the tables, the shortest table's
+# length and the first position below it where the tables differ (or that length))
+GroupEntry = tuple[tuple[int, ...], tuple[list[int], ...], int, int]
+
+
+class SharingGroups:
+    """`_groups` of step after step, each group's shared prefix found from its last step's.
+
+    A decode's block table only grows, at its end (a request that starts over gets a new list),
+    so while a group has the same table objects, in the same order, the pages compared at its
+    last step still compare the same: a difference found then is still there, and if none was,
+    only the pages appended since are compared. Grouping is the same; comparing is one C-level
+    pass over the tables' ids instead of a list comparison per member (280,000 a cascade arm).
+    The entries hold their tables, so an id is never another list's while it is remembered."""
+
+    def __init__(self, max_entries: int = MEMO_ENTRIES):
+        self.max_entries = max_entries
+        self._last: dict[int, GroupEntry] = {}
+
+    def find(self, items: list[BatchItem], page_size: int) -> list[tuple[int, int, bool]]:
+        """`_groups(items, page_size, None)`: the same groups, in the same order."""
+        by_first: dict[int, list[list[int]]] = {}
+        for seq, _, is_prefill in items:
+            if not is_prefill:
+                table = seq.pages
+                if table:
+                    by_first.setdefault(table[0], []).append(table)
+        groups = []
+        for tables in by_first.values():
+            if len(tables) < 2:
+                continue
+            shortest = min(map(len, tables))
+            common = self._common(tables, shortest)
+            # Full pages only: the last page of a sequence is still being written.
+            shared = min(common, shortest - 1)
+            if shared > 0:
+                groups.append((len(tables), shared * page_size, shared < common))
+        return groups
+
+    def _common(self, tables: list[list[int]], shortest: int) -> int:
+        """The first position below `shortest` where a table differs from the first, else
+        `shortest` (what `common_prefix` gives, member after member)."""
+        ids = tuple(map(id, tables))
+        entry = self._last.get(ids[0])
+        if entry is not None and entry[0] == ids and shortest >= entry[2]:
+            _, _, compared, common = entry
+            if common == compared < shortest:  # equal so far: compare the pages appended since
+                common = _first_difference(tables, compared, shortest)
+        else:
+            common = _first_difference(tables, 0, shortest)
+            if len(self._last) >= self.max_entries:
+                self._last.clear()
+        self._last[ids[0]] = (ids, tuple(tables), shortest, common)
+        return common
+
+
+def _first_difference(tables: list[list[int]], start: int, end: int) -> int:
+    """The first position in [start, end) where a table differs from the first (they agree
+    before `start`), else `end`."""
+    first = tables[0]
+    for table in tables[1:]:
+        if first[start:end] != table[start:end]:
+            end = next(j for j in range(start, end) if first[j] != table[j])
+    return end
 
 
 def reread_tokens(groups: list[tuple[int, int]]) -> int:
@@ -127,7 +199,7 @@ class DecodeBatchExecutor(ModelledExecutor):
     ):
         super().__init__(latency, transfer, decode_prices)
         self.page_size = page_size
-        self._common: CommonPrefixMemo = {}
+        self._groups = SharingGroups()
 
     def prices_decode_by_sum(self) -> bool:
         return False  # shared pages and the longest context come from the batch
@@ -136,7 +208,9 @@ class DecodeBatchExecutor(ModelledExecutor):
         return self.run_step(node_id, step, now)
 
     def compute_s(self, step: Step) -> float:
-        groups = shared_prefix_groups(step.items, self.page_size, self._common)
+        groups = [
+            (size, tokens) for size, tokens, _ in self._groups.find(step.items, self.page_size)
+        ]
         return self._price(step.shape(), groups, longest_decode(step.items))
 
     def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
@@ -146,7 +220,7 @@ class DecodeBatchExecutor(ModelledExecutor):
         context grows by one token a step."""
         if self.transfer is not None:
             return None
-        groups = span_groups(step.items, self.page_size, self._common)
+        groups = _uncapped(self._groups.find(step.items, self.page_size))
         if groups is None:
             return None
         num_decode, longest = len(step.items), longest_decode(step.items)
@@ -168,7 +242,62 @@ class CascadeExecutor(DecodeBatchExecutor):
     tails, plus one prefix pass for all groups.
 
     The engine launches the cascade only when it is faster than the plain kernel for the step
-    (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
+    (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does.
+
+    A latency model that prices decodes by their count and context sum alone (no measured
+    shared-read or ragged term: `prices_decode_batch` is False) needs no step's longest context,
+    and prices both kernels of a decode span's steps as decode-only shapes, which a
+    `DecodePrices` memo holds: the plain kernel at each step's context sum, the cascade's tails
+    at that sum less the prefix pass's pairs (the same floats as `shape_time_s`, as
+    ModelledExecutor uses them). A step alone is priced by the model (a memo row is priced
+    whole when it is read again: dearer for the scattered sums of single steps)."""
+
+    def __init__(
+        self,
+        latency: LatencyModel,
+        transfer: RemoteTransfer | None,
+        page_size: int,
+        decode_prices: DecodePrices | None = None,
+    ):
+        super().__init__(latency, transfer, page_size, decode_prices)
+        self._by_sum = not prices_decode_batch(latency)  # the shared and longest terms unused
+
+    def compute_s(self, step: Step) -> float:
+        if not self._by_sum:
+            return super().compute_s(step)
+        groups = [
+            (size, tokens) for size, tokens, _ in self._groups.find(step.items, self.page_size)
+        ]
+        return self._price(step.shape(), groups, 0)  # (the longest context: unused)
+
+    def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
+        if not self._by_sum:
+            return super().decode_span_prices(step, ctx_sums)
+        if self.transfer is not None:
+            return None
+        groups = _uncapped(self._groups.find(step.items, self.page_size))
+        if groups is None:
+            return None
+        return self._span_s(len(step.items), ctx_sums, groups)
+
+    def _span_s(
+        self, num_decode: int, ctx_sums: Seq[int], groups: list[tuple[int, int]]
+    ) -> list[float]:
+        """`_price` of a span's decode-only steps of `num_decode` requests, one per context sum
+        (the model prices them by count and sum alone: see the class docstring)."""
+        plain = self.decode_prices.many(num_decode, ctx_sums)
+        if not groups:
+            return plain
+        size, pairs = prefix_pass(groups)
+        if isinstance(ctx_sums, range):
+            tails: Seq[int] = range(ctx_sums.start - pairs, ctx_sums.stop - pairs, ctx_sums.step)
+        else:
+            tails = [ctx_sum - pairs for ctx_sum in ctx_sums]
+        prefix_s = self.latency.cascade_prefix_s(size, round(pairs / size))
+        cascade = self.decode_prices.many(num_decode, tails)
+        return [
+            min(plain_s, tail_s + prefix_s) for plain_s, tail_s in zip(plain, cascade, strict=True)
+        ]
 
     def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
         """The cheaper of the plain kernel and the cascade (tails plus one prefix pass)."""
