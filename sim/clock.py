@@ -86,9 +86,12 @@ class Clock(simpy.Environment):
         # bring it up to date, so whoever reads it after a run sees the exact state.
         self.syncs: list[Callable[[], None]] = []
         self._last_id = -1  # the last id drawn from SimPy's counter
-        self._current: Key = (initial_time, URGENT, -1)  # the event being processed
+        # The highest key processed at the current instant (the event being processed, unless
+        # it was created at this instant after an event of a higher key was processed)
+        self._current: Key = (initial_time, URGENT, -1)
         self._spans: list[Span] = []  # spans running
-        # While a span runs: (time, priority, id, next id) of each event processed, in order
+        # While a span runs, per event processed in order: the highest key processed at its
+        # instant so far (time, priority, id) and the next id then
         self._log: list[tuple[float, int, EventId, int]] = []
 
     def run(self, until: Any = None) -> Any:
@@ -126,6 +129,12 @@ class Clock(simpy.Environment):
             span.last = last  # the entry queued for the old last end is skipped
             self._queue_last(span)
 
+    def extend_span(self, span: Span) -> None:
+        """The span's actor added end times (at its last end, being processed): that end is
+        one of its quiet ones now, the new last one is queued."""
+        span.last = len(span.times) - 1
+        self._queue_last(span)
+
     def end_span(self, span: Span) -> None:
         """The span is over (its last end was reached, or it was applied and dropped)."""
         if span.active:
@@ -133,8 +142,8 @@ class Clock(simpy.Environment):
             self._spans.remove(span)
 
     def passed(self, span: Span) -> int:
-        """How many of the span's quiet ends (1 .. last - 1) are before the event the clock is
-        processing (or processed last): the steps that ended."""
+        """How many of the span's quiet ends (1 .. last - 1) were passed before the event the
+        clock is processing (or processed last): the steps that ended."""
         times, last, current = span.times, span.last, self._current
         k = bisect_left(times, current[0], 1, last)
         while k < last and times[k] == current[0] and self._key_lt(self._key(span, k), current):
@@ -163,17 +172,23 @@ class Clock(simpy.Environment):
             if span is not None and not self._due((at_s, priority, eid, actor, span)):
                 continue
             self._now = at_s
-            self._current = (at_s, priority, eid)
-            if self._spans:  # the log: only ties with a span's quiet ends read it
-                self._log.append((at_s, priority, eid, self._last_id + 1))
+            self._begin(at_s, priority, eid)
             actor.step_ended()
         if queue:
             at_s, priority, eid, _ = queue[0]
-            self._current = (at_s, priority, eid)
-            if self._spans:
-                self._log.append((at_s, priority, eid, self._last_id + 1))
+            self._begin(at_s, priority, eid)
         self.num_events += 1
         super().step()
+
+    def _begin(self, at_s: float, priority: int, eid: EventId) -> None:
+        """An event is processed: a span's end was passed before it if its key is below the
+        highest key processed at this instant so far (an event created at this instant may
+        come before one processed already: an urgent one after a normal one)."""
+        current = self._current
+        if at_s != current[0] or current < (at_s, priority, eid):
+            current = self._current = (at_s, priority, eid)
+        if self._spans:  # the log: only ties with a span's quiet ends read it
+            self._log.append((*current, self._last_id + 1))
 
     @staticmethod
     def _due(entry: tuple) -> bool:

@@ -22,7 +22,9 @@ class StepByStep:
         self.env, self.name, self.log = env, name, log
         self.active = False
 
-    def start(self, times: list[float]) -> None:
+    def start(self, times: list[float], more: list[list[float]]) -> None:
+        for chunk in more:  # every step known from the start
+            times = times + chunk
         self.times, self.last, self.count, self.active = times, len(times) - 1, 0, True
         self.env.park(times[1], self)
 
@@ -48,10 +50,14 @@ class OneEntry:
         self.env, self.name, self.log = env, name, log
         self.active = False
 
-    def start(self, times: list[float]) -> None:
-        self.span, self.active = self.env.start_span(self, times), True
+    def start(self, times: list[float], more: list[list[float]]) -> None:
+        self.span, self.active, self.more = self.env.start_span(self, times), True, list(more)
 
     def step_ended(self) -> None:
+        if self.more:  # a chunk's last end: the span runs on
+            self.span.times += self.more.pop(0)
+            self.env.extend_span(self.span)
+            return
         self.env.end_span(self.span)
         self.active = False
         self.log.append((self.env.now, "last", self.name))
@@ -61,6 +67,7 @@ class OneEntry:
 
     def cut(self) -> None:
         self.env.cut_span(self.span, self.env.passed(self.span) + 1)
+        self.more = []
 
 
 class Probe:
@@ -75,11 +82,17 @@ class Probe:
         self.log.append((env.now, self.name, tuple(a.passed() for a in self.actors)))
         actor = self.actors[plan["actor"]]
         if plan["action"] == "start" and not actor.active:
-            steps = [GRID * k for k in plan["steps"]]
             times = [env.now]
-            for s in steps:
-                times.append(times[-1] + s)
-            actor.start(times)
+            for k in plan["steps"]:
+                times.append(times[-1] + GRID * k)
+            more, last = [], times[-1]
+            for chunk in plan["more"]:  # chunks handed to the clock at a last end
+                ends = []
+                for k in chunk:
+                    last += GRID * k
+                    ends.append(last)
+                more.append(ends)
+            actor.start(times, more)
         elif plan["action"] == "cut" and actor.active:
             actor.cut()
         child = plan.get("child")
@@ -117,6 +130,7 @@ probe_plan = st.deferred(
             "actor": st.integers(0, NUM_ACTORS - 1),
             "action": st.sampled_from(["start", "start", "cut", "none"]),
             "steps": st.lists(st.integers(1, 3), min_size=2, max_size=12),  # prices > 0
+            "more": st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=5), max_size=2),
         },
         optional={"child": probe_plan},
     )
