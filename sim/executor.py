@@ -50,8 +50,18 @@ class DecodePrices:
         return [self.span(num_decode, s, 1)[0] for s in ctx_sums]
 
     def one(self, num_decode: int, ctx_sum: int) -> float:
-        """The price of one decode-only step (`many(num_decode, [ctx_sum])[0]`)."""
-        return self.span(num_decode, ctx_sum, 1)[0]
+        """The price of one decode-only step (`many(num_decode, [ctx_sum])[0]`): read from
+        the memo where a span priced it, else priced alone (kept in a row that exists; a
+        single step starts no row: rows are priced whole when asked again, for spans)."""
+        row_at, at = divmod(ctx_sum // num_decode, self.BLOCK)
+        row = self._rows.get((num_decode, ctx_sum % num_decode, row_at))
+        if row is not None and row[at] is not None:
+            return row[at]  # type: ignore[return-value]
+        price = self._price(num_decode, [ctx_sum])[0]
+        if row is not None:
+            row[at] = price
+            self._num_entries += 1
+        return price
 
     def span(self, num_decode: int, first: int, count: int) -> list[float]:
         """`many(num_decode, range(first, first + count * num_decode, num_decode))`."""

@@ -43,6 +43,10 @@ from sim.kv.protocol import CacheCounters, KVManager
 from sim.scheduler import Scheduler, SchedulerQueues, Step
 from sim.sequence import Sequence
 
+# A span's steps are priced this many at a time: half of a span's planned steps never run (new
+# work cuts it), and pricing them costs more than the clock's call at each chunk's last end.
+SPAN_CHUNK = 64
+
 
 class Node(SchedulerQueues):
     def __init__(
@@ -88,6 +92,11 @@ class Node(SchedulerQueues):
         # (step, context sums) -> prices of the span's steps, or None (not priced by sums)
         self._span_prices_of = getattr(executor, "decode_span_prices", None)
         self._span_ok = self._repeat_ok and on_step is None and self._span_prices_of is not None
+        # Priced chunk by chunk where a decode step's price is its size and sum alone (the
+        # executor then prices any stretch of a span's steps the same)
+        by_sum = getattr(executor, "prices_decode_by_sum", None)
+        self._span_chunked = by_sum is not None and by_sum()
+        self._span_todo = 0  # steps the span may run past those priced so far
         # Steps of a span are numbered from the one whose end started it (0). Step i >= 1 costs
         # _span_prices[i - 1] and ends at _span_times[i]. The clock holds the span as one entry
         # (sim/clock.py: Span) and calls the node back at its last end only; how many step ends
@@ -205,6 +214,7 @@ class Node(SchedulerQueues):
         if self.in_span:  # new work: the span ends with the step in flight, applied at its end
             k = self._span_index
             self.env.cut_span(self._span, k + 1)  # type: ignore[attr-defined]
+            self._span_todo = 0
             ahead = max(0, k + 1 - self._span_applied)
         seq.node = self.node_id
         if self.down:  # routed before the crash was known (or every node is down)
@@ -228,7 +238,10 @@ class Node(SchedulerQueues):
         """Run the serve loop at the clock's time until it must wait, then wait (a callback on
         the event waited for: SimPy resumes it exactly where a process would resume)."""
         if self._in_flight is not None:  # the event was the end of the step in flight
-            if self.in_span:  # it ran out: the step that just ended is the node's own again
+            if self.in_span:
+                if self._span_todo and self._extend_span():
+                    return  # a chunk's last end: the span runs on
+                # it ran out: the step that just ended is the node's own again
                 self._sync()
                 self.in_span = False
                 self.env.end_span(self._span)  # type: ignore[attr-defined]
@@ -313,11 +326,13 @@ class Node(SchedulerQueues):
             return False
         size = len(seqs)
         first = self._decode_sum + size
-        sums = range(first, first + size * span, size)  # steps 1 .. span
+        priced = min(span, SPAN_CHUNK) if self._span_chunked else span
+        sums = range(first, first + size * priced, size)  # steps 1 .. priced
         prices = self._span_prices_of(step, sums)  # type: ignore[misc]
         if prices is None or min(prices) <= 0.0:  # the clock needs the span's ends in order
             return False
         self._span_prices = prices
+        self._span_todo = span - priced
         self._span_keys = None
         # Each end is the previous one plus its price, as the clock would park them one by one.
         times = self._span_times = list(accumulate(prices, initial=now))
@@ -325,6 +340,26 @@ class Node(SchedulerQueues):
         self._span_first_sum = first
         self.in_span = True
         self._span_counted = self._span_applied = 0
+        return True
+
+    def _extend_span(self) -> bool:
+        """The clock is at the last end priced so far and the span may run on: price its next
+        chunk and hand the clock their ends (this end stays a quiet one: nothing is applied)."""
+        span, seqs = self._span, self._batch_seqs
+        assert span is not None and self._in_flight is not None
+        size, done = len(seqs), span.last
+        priced = min(self._span_todo, SPAN_CHUNK)
+        first = self._span_first_sum + size * done  # step done + 1's context sum
+        prices = self._span_prices_of(self._in_flight[0], range(first, first + size * priced, size))  # type: ignore[misc]
+        if prices is None or min(prices) <= 0.0:
+            self._span_todo = 0
+            return False
+        self._span_prices += prices
+        self._span_todo -= priced
+        self._span_keys = None  # the pages it indexes: the steps priced now too
+        times = self._span_times
+        times += accumulate(prices[1:], initial=times[-1] + prices[0])  # the same sums
+        self.env.extend_span(span)  # type: ignore[attr-defined]
         return True
 
     def _sync(self) -> None:
