@@ -377,6 +377,7 @@ OVERHEAD_TERMS = (
     "step_overhead_s",
     "prefill_step_overhead_s",
     "token_overhead_s",
+    "host_token_overhead_s",
     "decode_overhead_s",
     "mixed_decode_overhead_s",
     "chunk_overhead_s",
@@ -384,9 +385,13 @@ OVERHEAD_TERMS = (
     "mixed_step_floor_s",
     "eager_step_floor_s",
 )
-FLOOR_GRID_S = np.arange(0.0, 0.04, 5e-4)  # candidate floors under steps with a chunk: 0-40 ms
-TOKEN_GRID_S = np.arange(0.0, 10e-6, 1e-7)  # candidate costs per prefill token: 0-10 us
-EXTRA_GRID_S = np.arange(0.0, 5e-3, 1e-4)  # candidate extras per step with a chunk: 0-5 ms
+# The device fit's grids (coarse, then fine around the coarse best): floors under steps with a
+# chunk, costs per prefill token, extras per such step. Wide enough for a 70B shard at TP 2
+# (16 us per token, a 25 ms floor); a fit on a grid's top edge is refused (`GridEdgeError`).
+FLOOR_GRID_S = np.arange(0.0, 0.0605, 5e-4)  # 0-60 ms
+COARSE_TOKEN_GRID_S = np.arange(0.0, 60.5e-6, 2e-6)  # 0-60 us
+COARSE_EXTRA_GRID_S = np.arange(0.0, 0.0605, 2e-3)  # 0-60 ms
+FINE_STEPS = 41  # points of each fine grid, spanning +-1 coarse step around the coarse best
 
 
 def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str, float]:
@@ -428,9 +433,8 @@ def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str,
     }
     if not prefill.any():
         return terms
-    graph_max = runs[0][0].cfg.gpu.mixed_graph_max_tokens
     tokens = pooled["prefill_tokens"][prefill]
-    graphed = tokens + pooled["num_decode"][prefill] <= graph_max
+    graphed = pooled["graphed"][prefill]
     per_token, device_extra, floors = _fit_prefill_terms(
         priced[prefill], tokens, device[prefill], graphed
     )
@@ -443,8 +447,8 @@ def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str,
         "mixed_decode_overhead_s": max(0.0, decode_s - per_decode),
         "chunk_overhead_s": chunk_s,
         "context_overhead_s": context_s,
-        # the host's work per prefill token (gathering ids, hashing pages) with the device's
-        "token_overhead_s": per_token + host_token_s,
+        "token_overhead_s": per_token,
+        "host_token_overhead_s": host_token_s,
         "mixed_step_floor_s": floors[0],
         "eager_step_floor_s": floors[1],
     }
@@ -478,9 +482,45 @@ def _overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.n
         "gpu_s": np.where(np.isfinite(gpu_s), gpu_s, 0.0),
         "off_device": own - np.where(np.isfinite(gpu_s) & (gpu_s > 0), gpu_s, 0.0),
         "prefill": errors.prefill.to_numpy(),
+        # a chunk step the engine replays as piecewise graphs (its own limit: a run served
+        # with --graphs none has 0)
+        "graphed": (
+            steps.prefill_tokens.to_numpy() + steps.num_decode.to_numpy()
+            <= run.cfg.gpu.mixed_graph_max_tokens
+        ),
         "gaps": (cycle - own)[busy],
         **{c: steps[c].to_numpy(dtype=np.float64) for c in HOST_FEATURES},
     }
+
+
+def host_time_medians(run: EngineRun, replayed: ReplayedSteps) -> dict[str, float | None]:
+    """The host part of the steps (what `measured_overheads` fits: off the GPU clock, plus the
+    loop's median gap), measured and as the run's terms price it, medians over decode-only steps
+    and over steps with a chunk (None where the run has no such step). The chunk steps' priced
+    part includes the device fit's fixed extra, which `gpu.prefill_step_overhead_s` carries with
+    the host's."""
+    sample = _overhead_samples(run, replayed)
+    loop = max(0.0, float(np.median(sample["gaps"]))) if sample["gaps"].size else 0.0
+    gpu_s = sample["gpu_s"]
+    measured = sample["off_device"] - np.where(gpu_s > 0, 0.0, sample["priced"]) + loop
+    g = run.cfg.gpu
+    decodes = sample["num_decode"]
+    priced = g.step_overhead_s + g.decode_overhead_s * decodes
+    chunk_host = (
+        g.prefill_step_overhead_s
+        + g.mixed_decode_overhead_s * decodes
+        + g.chunk_overhead_s * sample["num_prefill"]
+        + g.context_overhead_s * sample["prefill_ctx_sum"]
+        + g.host_token_overhead_s * sample["prefill_tokens"]
+    )
+    priced = np.where(sample["prefill"], priced + chunk_host, priced)
+    out: dict[str, float | None] = {}
+    for kind, rows in (("decode", ~sample["prefill"]), ("chunk", sample["prefill"])):
+        out[f"host_{kind}_step_measured_s"] = (
+            float(np.median(measured[rows])) if rows.any() else None
+        )
+        out[f"host_{kind}_step_priced_s"] = float(np.median(priced[rows])) if rows.any() else None
+    return out
 
 
 def _fit_nonneg_lad(features: list[np.ndarray], target: np.ndarray) -> list[float]:
@@ -501,14 +541,23 @@ def _fit_nonneg_lad(features: list[np.ndarray], target: np.ndarray) -> list[floa
     return [max(0.0, float(v)) for v in full]
 
 
-def _irls_lad(x: np.ndarray, y: np.ndarray, iterations: int = 50) -> np.ndarray:
+def _irls_lad(x: np.ndarray, y: np.ndarray, iterations: int = 500) -> np.ndarray:
+    """Least absolute error by iteratively reweighted least squares, until no coefficient moves
+    by more than 1e-9 of the target's scale (or `iterations`)."""
     # Scaled columns: counts (1-100) and token sums (10^3-10^5) in one solve.
     norm = np.maximum(np.abs(x).max(axis=0), 1e-12)
     xs = x / norm
     coef = np.linalg.lstsq(xs, y, rcond=None)[0]
+    # A residual is floored at 0.1 us (far below a step's host time) so that the steps the fit
+    # passes through do not take all the weight.
+    tolerance = 1e-9 * max(float(np.abs(y).max()), 1e-12)
     for _ in range(iterations):
         weight = np.sqrt(1.0 / np.maximum(np.abs(xs @ coef - y), 1e-7))
-        coef = np.linalg.lstsq(xs * weight[:, None], y * weight, rcond=None)[0]
+        new = np.linalg.lstsq(xs * weight[:, None], y * weight, rcond=None)[0]
+        moved = float(np.abs(new - coef).max())
+        coef = new
+        if moved < tolerance:
+            break
     return coef / norm
 
 
@@ -516,15 +565,53 @@ def _fit_prefill_terms(
     predicted: np.ndarray, tokens: np.ndarray, target: np.ndarray, graphed: np.ndarray
 ) -> tuple[float, float, list[float]]:
     """(per token, extra, [graphed floor, eager floor]) minimising the summed absolute error of
-    max(predicted + per_token * tokens, floor) + extra against target, on the grids. A subset
-    with no step keeps a floor of 0."""
-    device = predicted[None, :] + TOKEN_GRID_S[:, None] * tokens[None, :]  # [token grid, steps]
+    max(predicted + per_token * tokens, floor) + extra against target: on coarse grids, then on
+    fine ones around the coarse best (floors on one 0.5 ms grid throughout). A subset with no
+    step keeps a floor of 0. A result on the top edge of a grid means the grid is too narrow for
+    the run: refused."""
+    token, extra, _ = _grid_fit(
+        predicted, tokens, target, graphed, COARSE_TOKEN_GRID_S, COARSE_EXTRA_GRID_S
+    )
+    for value, grid, name in (
+        (token, COARSE_TOKEN_GRID_S, "cost per prefill token"),
+        (extra, COARSE_EXTRA_GRID_S, "extra per step with a chunk"),
+    ):
+        if value >= grid[-1]:
+            raise ConfigError(
+                f"the device fit's {name} is at its grid's top ({grid[-1]:.3g} s): the grid is "
+                "too narrow for this run"
+            )
+    return _grid_fit(
+        predicted,
+        tokens,
+        target,
+        graphed,
+        _around(token, COARSE_TOKEN_GRID_S[1]),
+        _around(extra, COARSE_EXTRA_GRID_S[1]),
+    )
+
+
+def _around(value: float, step: float) -> np.ndarray:
+    """FINE_STEPS points from value - step to value + step, none below 0."""
+    return np.unique(np.clip(np.linspace(value - step, value + step, FINE_STEPS), 0.0, None))
+
+
+def _grid_fit(
+    predicted: np.ndarray,
+    tokens: np.ndarray,
+    target: np.ndarray,
+    graphed: np.ndarray,
+    token_grid: np.ndarray,
+    extra_grid: np.ndarray,
+) -> tuple[float, float, list[float]]:
+    """The least-absolute-error point of the grids (each subset at its own best floor)."""
+    device = predicted[None, :] + token_grid[:, None] * tokens[None, :]  # [token grid, steps]
     subsets = [graphed, ~graphed]
     # errors[k, e, i, f]: subset k's error for extra e, per-token cost i, floor f
-    errors = np.zeros((2, EXTRA_GRID_S.size, TOKEN_GRID_S.size, FLOOR_GRID_S.size))
+    errors = np.zeros((2, extra_grid.size, token_grid.size, FLOOR_GRID_S.size))
     for f, floor in enumerate(FLOOR_GRID_S):
         above = np.maximum(device, floor)
-        for e, add in enumerate(EXTRA_GRID_S):
+        for e, add in enumerate(extra_grid):
             err = np.abs(above + add - target)
             for k, rows in enumerate(subsets):
                 errors[k, e, :, f] = err[:, rows].sum(axis=1)
@@ -534,7 +621,7 @@ def _fit_prefill_terms(
         float(FLOOR_GRID_S[int(np.argmin(errors[k, at_e, at_i]))]) if rows.any() else 0.0
         for k, rows in enumerate(subsets)
     ]
-    return float(TOKEN_GRID_S[at_i]), float(EXTRA_GRID_S[at_e]), floors
+    return float(token_grid[at_i]), float(extra_grid[at_e]), floors
 
 
 def _with_gpu(run: EngineRun, fields: dict) -> EngineRun:
@@ -668,6 +755,38 @@ def _finite(result: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
 
 
+def _check_held_out(run_dir: Path, overhead_from: list[Path]) -> None:
+    """The probes are other runs than the judged one, each named once."""
+    resolved = [p.resolve() for p in overhead_from]
+    if run_dir.resolve() in resolved:
+        raise ConfigError(
+            f"--overhead-from {run_dir}: the run itself (the terms are judged on runs they were not measured on)"
+        )
+    if len(set(resolved)) != len(resolved):
+        raise ConfigError("--overhead-from: a run named twice (each probe once)")
+
+
+def _check_same_engine(path: Path, probe: EngineRun, run: EngineRun) -> None:
+    """A probe's terms apply to a run of the same model, TP, GPU (and its calibration) and graph
+    mode: anything else prices another engine."""
+    fields = {
+        "model": (probe.cfg.model.name, run.cfg.model.name),
+        "tp": (probe.cfg.node.tp, run.cfg.node.tp),
+        "gpu": (probe.cfg.gpu.name, run.cfg.gpu.name),
+        "gpu.calibration": (probe.cfg.gpu.calibration, run.cfg.gpu.calibration),
+        "graphed mixed steps up to (tokens)": (
+            probe.cfg.gpu.mixed_graph_max_tokens,
+            run.cfg.gpu.mixed_graph_max_tokens,
+        ),
+    }
+    for name, (theirs, ours) in fields.items():
+        if theirs != ours:
+            raise ConfigError(
+                f"--overhead-from {path}: {name} {theirs}, the run's is {ours} (the terms must "
+                "be measured on the same model, tp, GPU and graph mode)"
+            )
+
+
 def validate(
     run_dir: Path,
     overhead_from: list[Path] | None = None,
@@ -686,14 +805,10 @@ def validate(
     measured = measured_overheads([(run, replayed)])
     if overhead_from:
         source = f"measured on {' + '.join(p.name for p in overhead_from)} (kvsched validate)"
+        _check_held_out(run_dir, overhead_from)
         probes = [_pricing(load_engine_run(p), measured_terms) for p in overhead_from]
         for path, probe in zip(overhead_from, probes, strict=True):
-            if (probe.cfg.model.name, probe.cfg.node.tp) != (run.cfg.model.name, run.cfg.node.tp):
-                raise ConfigError(
-                    f"--overhead-from {path}: a run of {probe.cfg.model.name} at tp "
-                    f"{probe.cfg.node.tp}; the terms must be measured on the run's model and tp "
-                    f"({run.cfg.model.name}, tp {run.cfg.node.tp})"
-                )
+            _check_same_engine(path, probe, run)
         pairs = [(probe, replay(probe, measured_requests(probe)[0])[1]) for probe in probes]
         run = with_overheads(run, measured_overheads(pairs), source)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
@@ -724,6 +839,7 @@ def validate(
         ),
         **counts,
         "cached_tokens_mismatch_free_run": int(free_mismatch),
+        **host_time_medians(run, replayed),
     }
     if repeat is not None:
         result["repeat"] = repeat_errors(run_dir, run, counts["output_tokens_measured"], repeat)
@@ -780,6 +896,7 @@ def summary_lines(result: dict) -> list[str]:
         f"{result['measured_mixed_decode_overhead_s'] * 1e6:.1f} us/decode + "
         f"{result['measured_chunk_overhead_s'] * 1e6:.0f} us/chunk + "
         f"{result['measured_context_overhead_s'] * 1e9:.0f} ns/context token + "
+        f"{result['measured_host_token_overhead_s'] * 1e9:.0f} ns/prefill token; device: "
         f"{result['measured_token_overhead_s'] * 1e6:.2f} us/prefill token, "
         f"{result['measured_mixed_step_floor_s'] * 1e3:.1f} ms graphed / "
         f"{result['measured_eager_step_floor_s'] * 1e3:.1f} ms eager mixed-step floor"
@@ -833,7 +950,7 @@ def register(sub) -> None:
         metavar="RUN_DIR",
         nargs="+",
         help="add the overhead terms measured on these engine runs (their steps pooled: probes "
-        "of the same model and GPU) to the price",
+        "of the same model, TP, GPU and graph mode) to the price; give RUN_DIR before it",
     )
     p.add_argument(
         "--repeat",

@@ -88,16 +88,19 @@ class GpuConfig(Strict):
     bf16_flops_per_s: float = Field(gt=0)
     interconnect_bytes_per_s: float = Field(gt=0)
     calibration: str | None = None
-    # Fixed cost of every engine step that the priced kernels leave out (norms, rotary,
-    # activations, sampling, the scheduler's CPU time), seconds, with where the number comes from.
-    # 0 and "not measured" until engine/ measures it: set both in sim/presets.py's GPU preset.
+    # Host time of every engine step that the priced kernels leave out (the sync, sampling, the
+    # scheduler's CPU time, the serving loop), seconds, with where the number comes from. 0 and
+    # "not measured" until engine/ measures it (`kvsched validate`: sim.latency.base.StepOverhead
+    # says how every term below enters a step's price).
     step_overhead_s: float = Field(default=0.0, ge=0)
     # Extra cost of a step that carries a prefill chunk (an engine that replays CUDA graphs for
     # decode-only steps runs those eagerly). `kvsched validate` measures both on an engine run.
     prefill_step_overhead_s: float = Field(default=0.0, ge=0)
-    # Per prefill token of the step (norms, rotary, activations: elementwise work the GEMM and
-    # attention tables leave out), seconds per token.
+    # Device time per prefill token of the step (norms, rotary, activations: elementwise work the
+    # GEMM and attention tables leave out), seconds per token; under the floors below.
     token_overhead_s: float = Field(default=0.0, ge=0)
+    # Host time per prefill token (gathering its id, hashing the chunk's pages), after the floors.
+    host_token_overhead_s: float = Field(default=0.0, ge=0)
     # Host time per decoding sequence of the step (the scheduler's work on it, gathering its ids
     # and block table), seconds per sequence; added after the device time, never under a floor.
     decode_overhead_s: float = Field(default=0.0, ge=0)
@@ -107,7 +110,7 @@ class GpuConfig(Strict):
     mixed_decode_overhead_s: float = Field(default=0.0, ge=0)
     chunk_overhead_s: float = Field(default=0.0, ge=0)
     context_overhead_s: float = Field(default=0.0, ge=0)
-    # The least a step with a prefill chunk takes (before step_overhead_s): an engine that
+    # The least a step with a prefill chunk takes on the device (before every host term): an engine that
     # launches such a step's attention from the host layer by layer cannot finish it faster
     # than it issues it, so small mixed steps are host-bound at about this time.
     mixed_step_floor_s: float = Field(default=0.0, ge=0)

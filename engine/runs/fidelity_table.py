@@ -5,8 +5,9 @@
 One row per engine run: validation.json (kernels only: the step price as calibrated) and
 validation_heldout.json (plus the overhead terms measured on the probe run of the same model
 and TP), validation_heldout_<term>.json (the same with one measured term on: gpu.shared_page_reads:
-l2, gpu.ragged_decode: measured, gpu.prefill_batch: measured; `all`: the three). Numbers are the
-files' own; nothing is recomputed here.
+l2, gpu.ragged_decode: measured, gpu.prefill_batch: measured; `all`: the three); then the steps'
+host time, measured and as priced by the held-out terms. Numbers are the files' own; nothing is
+recomputed here.
 """
 
 from __future__ import annotations
@@ -55,6 +56,19 @@ def repeat_row(name: str, r: dict) -> str:
     return f"| {name}: engine vs its repeat | | | | {_serving_cells(r)}"
 
 
+def _ms(v) -> str:
+    return "-" if v is None else f"{v * 1e3:.2f}"
+
+
+def host_row(name: str, r: dict) -> str:
+    """The steps' host part (off the GPU clock, plus the loop's gap): measured / as priced."""
+    cells = [
+        f"{_ms(r[f'host_{kind}_step_measured_s'])} / {_ms(r[f'host_{kind}_step_priced_s'])}"
+        for kind in ("decode", "chunk")
+    ]
+    return f"| {name} | {cells[0]} | {cells[1]} |"
+
+
 def main() -> None:
     for kind, label in (
         ("validation.json", "kernels only"),
@@ -70,6 +84,12 @@ def main() -> None:
             print(row(path.parent.name, result))
             if "repeat" in result:
                 print(repeat_row(path.parent.name, result["repeat"]))
+    print(
+        "\nhost time per step, median ms, measured / priced by the held-out terms "
+        "(validation_heldout.json):\n| run | decode-only step | step with a chunk |\n|---|---|---|"
+    )
+    for path in sorted(RUNS.glob("*/validation_heldout.json")):
+        print(host_row(path.parent.name, json.loads(path.read_text())))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,8 @@ def main() -> None:
         if not is_workload(run_dir):
             continue
         probes = probes_for(run_dir)
+        if not probes:
+            raise SystemExit(f"{run_dir.name}: no probe run of its model and TP beside it")
         write(validate(run_dir, probes, repeat=repeat)[0], run_dir / "validation_heldout.json")
         for name, terms in MEASURED_TERMS.items():
             result = validate(run_dir, probes, terms, repeat)[0]

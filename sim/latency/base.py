@@ -74,13 +74,15 @@ class StepOverhead:
     `gpu.decode_overhead_s` (the scheduler's work on it, its ids and block table); a step with a
     prefill chunk adds a fixed extra, `gpu.prefill_step_overhead_s`, and costs per decoding
     sequence (`gpu.mixed_decode_overhead_s`: its inputs built eagerly, not copied into a graph),
-    per chunk (`gpu.chunk_overhead_s`) and per token of the chunks' context
-    (`gpu.context_overhead_s`: block-table rows, the prefix match, the prefill plan).
+    per chunk (`gpu.chunk_overhead_s`), per token of the chunks' context
+    (`gpu.context_overhead_s`: block-table rows, the prefix match, the prefill plan) and per
+    prefill token (`gpu.host_token_overhead_s`: gathering ids, hashing the chunk's pages).
 
-        device = inner * scale + (max(... + per_token * prefill_tokens, floor) if prefill)
+        device = inner * scale                                   (decode-only step)
+               = max(inner * scale + per_token * prefill_tokens, floor)   (a chunk in it)
         host   = overhead + per_decode * decodes
                  + (extra + mixed_decode * decodes + per_chunk * chunks
-                    + per_context * context_tokens if prefill)
+                    + per_context * context_tokens + host_token * prefill_tokens if a chunk)
         step   = device + host
     """
 
@@ -103,6 +105,7 @@ class StepOverhead:
                 + t.mixed_decode_s * num_decode
                 + t.per_chunk_s * chunks
                 + t.per_context_s * context
+                + t.host_token_s * prefill_tokens
             )
         return device + host
 
@@ -146,6 +149,7 @@ class OverheadTerms:
     mixed_decode_s: float = 0.0  # mixed_decode_overhead_s
     per_chunk_s: float = 0.0  # chunk_overhead_s
     per_context_s: float = 0.0  # context_overhead_s
+    host_token_s: float = 0.0  # host_token_overhead_s
     device_scale: float = 1.0  # device_time_scale
 
     def describe(self) -> str:
@@ -159,6 +163,7 @@ class OverheadTerms:
             (self.mixed_decode_s, 1e6, "us/decode in a mixed step"),
             (self.per_chunk_s, 1e6, "us/chunk"),
             (self.per_context_s, 1e9, "ns/context token"),
+            (self.host_token_s, 1e9, "ns/prefill token on the host"),
             (self.mixed_floor_s, 1e3, "ms mixed-step floor"),
             (self.eager_floor_s, 1e3, "ms eager-step floor"),
         ]

@@ -39,6 +39,7 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
         mixed_decode_s=gpu.mixed_decode_overhead_s,
         per_chunk_s=gpu.chunk_overhead_s,
         per_context_s=gpu.context_overhead_s,
+        host_token_s=gpu.host_token_overhead_s,
         device_scale=gpu.device_time_scale,
     )
     if terms == OverheadTerms():

@@ -73,8 +73,11 @@ def test_a_simulated_run_validates_exactly(tmp_path, raw):
     # a simulated run's steps cost what the model says: nothing is left over to measure (the
     # measured cost is the time to the next step's start: a difference of stamps, exact to
     # rounding)
-    for term in ("step_overhead_s", "prefill_step_overhead_s", "token_overhead_s"):
-        assert result[f"measured_{term}"] == pytest.approx(0, abs=1e-12), term
+    from kvsched.validate import OVERHEAD_TERMS
+
+    for term in OVERHEAD_TERMS:
+        want = 1.0 if term == "device_time_scale" else 0.0
+        assert result[f"measured_{term}"] == pytest.approx(want, abs=1e-12), term
     assert len(tables["steps"]) == result["replayed_steps"]
 
 
@@ -228,3 +231,53 @@ def test_the_host_fit_recovers_known_terms_and_drops_a_negative_one():
     fixed, per_decode, per_context = _fit_nonneg_lad([decodes, context], cheaper)
     assert per_context == 0.0
     assert per_decode > 0 and fixed > 0
+
+
+def test_probes_pooled_in_either_order_and_of_another_engine_refused(tmp_path):
+    """--overhead-from takes several probes (their steps pooled: the same terms in either order,
+    to rounding; a probe and its copy, the probe's own terms); a probe of another TP, the run
+    itself or a probe named twice is refused with one line."""
+    run, probe, other = tmp_path / "run", tmp_path / "probe", tmp_path / "other"
+    write_as_engine_run(OPEN_LOOP, run)
+    write_as_engine_run(CLOSED_LOOP, probe)
+    # the probe's host: 0.2 ms per step + 5 us per decode of scheduler time, off the GPU clock
+    steps_path = probe / "engine" / "steps.csv"
+    steps = pd.read_csv(steps_path)
+    steps["gpu_s"] = steps.duration_s
+    steps["sched_s"] = 2e-4 + 5e-6 * steps.num_decode
+    steps.to_csv(steps_path, index=False)
+    write_as_engine_run({**OPEN_LOOP, "node": {"num_gpus": 2, "tp": 2}}, other)
+    ab, _ = validate(run, [probe])
+    assert ab["step_overhead_s"] == pytest.approx(2e-4, rel=1e-6)
+    assert ab["decode_overhead_s"] == pytest.approx(5e-6, rel=1e-6)
+    pooled_ab, _ = validate(run, [probe, _copy_run(probe, tmp_path / "probe2")])
+    pooled_ba, _ = validate(run, [tmp_path / "probe2", probe])
+    from kvsched.validate import OVERHEAD_TERMS
+
+    for term in OVERHEAD_TERMS:
+        assert pooled_ab[term] == pytest.approx(pooled_ba[term], rel=1e-9, abs=1e-15), term
+        assert pooled_ab[term] == pytest.approx(ab[term], rel=1e-6, abs=1e-12), term
+    with pytest.raises(ConfigError, match="tp 2, the run's is 1"):
+        validate(run, [other])
+    with pytest.raises(ConfigError, match="the run itself"):
+        validate(run, [probe, run])
+    with pytest.raises(ConfigError, match="named twice"):
+        validate(run, [probe, probe])
+
+
+def _copy_run(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_device_fit_on_a_grid_edge_is_refused():
+    """Chunk steps costing far more per token than the grid reaches: refused, not clamped."""
+    from kvsched.validate import _fit_prefill_terms
+
+    tokens = np.arange(1, 200, dtype=float) * 64
+    device = np.full(tokens.size, 2e-3)
+    target = device + 1e-4 * tokens  # 100 us per token: past the grid's 60
+    with pytest.raises(ConfigError, match="cost per prefill token is at its grid's top"):
+        _fit_prefill_terms(device, tokens, target, np.zeros(tokens.size, dtype=bool))
