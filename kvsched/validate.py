@@ -67,7 +67,7 @@ def load_engine_run(run_dir: Path) -> EngineRun:
     if _served_by_engine(run_dir):
         cfg = _as_served(cfg, _json_file(run_dir / "run_info.json"))
     requests = _read_table(arm / "requests.csv", REQUEST_COLUMNS, REQUEST_FIELDS)
-    steps = _read_table(arm / "steps.csv", STEP_COLUMNS, STEP_FIELDS)
+    steps = _read_table(arm / "steps.csv", STEP_COLUMNS, STEP_FIELDS, ENGINE_STEP_FIELDS)
     _check_requests(arm / "requests.csv", requests)
     _check_steps(arm / "steps.csv", steps)
     _check_steps_cover_requests(arm, requests, steps)
@@ -130,11 +130,19 @@ STEP_FIELDS = {
     "prefill_tokens": ("int", 0),
     "num_decode": ("int", 0),
     "decode_ctx_sum": ("int", 0),
+    "prefill_ctx_sum": ("int", 0),
     "cached_tokens": ("int", 0),
 }
+# The engine's own columns (engine.runner.ENGINE_STEP_COLUMNS), checked where present: the
+# overhead fit reads them (a simulated run has none).
+ENGINE_STEP_FIELDS = {"gpu_s": ("float", 0.0), "prep_s": ("float", 0.0), "sched_s": ("float", 0.0)}
 
 
-def _read_table(path: Path, columns: list[str], fields: dict) -> pd.DataFrame:
+def _read_table(
+    path: Path, columns: list[str], fields: dict, optional: dict | None = None
+) -> pd.DataFrame:
+    """The table, refused with path, line and field where a column is missing or a value is not
+    what `fields` (and `optional`, for the columns present) allow."""
     try:
         frame = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -147,7 +155,8 @@ def _read_table(path: Path, columns: list[str], fields: dict) -> pd.DataFrame:
         )
     if frame.empty:
         raise ConfigError(f"{path}: no rows (the run served nothing to compare)")
-    for name, (kind, least) in fields.items():
+    present = {k: v for k, v in (optional or {}).items() if k in frame.columns}
+    for name, (kind, least) in {**fields, **present}.items():
         values = pd.to_numeric(frame[name], errors="coerce")
         bad = ~np.isfinite(values.to_numpy(dtype=np.float64)) | (values < least)
         if kind == "int":

@@ -98,3 +98,15 @@ def test_a_user_file_as_report_is_refused_before_any_output(run_dir, tmp_path, c
     assert main(["validate", str(run_dir), "--json", str(out), "--report", str(mine)]) == 2
     assert "--report" in capsys.readouterr().err
     assert mine.read_text() == "my notes" and not out.exists()
+
+
+def test_empty_scheduler_time(run_dir, capsys):
+    """An engine column the overhead fit reads (sched_s, the last one) left empty on a line."""
+
+    def blank(ls):
+        cells = ls[3].rstrip("\n").split(",")
+        cells[-1] = ""
+        return ls[:3] + [",".join(cells) + "\n"] + ls[4:]
+
+    damage_steps(run_dir, blank)
+    fails_with(run_dir, capsys, "steps.csv line 4", "sched_s must be a number >= 0.0, got nothing")
