@@ -71,9 +71,14 @@ class Router:
         looks at it; the cached prefix only for policies that ask for it."""
         matched = None
         if self.needs_prefix_match:
-            wanted = set(keys.tolist())  # the table entries read: pages decode spans filled
-            for node in self.nodes:  # with these keys are in the table, as step by step
-                node.sync_index(wanted)
+            # The table entries read: pages decode spans filled with these keys are in the
+            # table, as step by step (a node outside a span has none waiting: no key set).
+            wanted = None
+            for node in self.nodes:
+                if node.in_span:
+                    if wanted is None:
+                        wanted = set(keys.tolist())
+                    node.sync_index(wanted)
             matched = self.table.matched_pages(keys) * self.page_size
         ids = node_ids if node_ids is not None else range(len(self.nodes))
         nodes = self.nodes if node_ids is None else [self.nodes[i] for i in node_ids]

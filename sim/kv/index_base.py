@@ -79,10 +79,13 @@ class IndexBase(ABC):
 
     def closed_under_children(self, pages: np.ndarray) -> bool:
         """Are all indexed children of these (distinct, indexed) pages among them?"""
-        # Children among them, counted per page by a sorted search (no pool-sized count array).
-        parents = np.sort(self.parent[pages])
-        inside = np.searchsorted(parents, pages, "right") - np.searchsorted(parents, pages)
-        return bool((inside == self.num_children[pages]).all())
+        # Each page's children among them are some of its indexed children, so all are there
+        # exactly when the counts add up: the pages whose parent is among them (one mark per
+        # page; ROOT's -1 reads the extra last slot, never marked) against their child counts.
+        marked = np.zeros(self.parent.size + 1, dtype=bool)
+        marked[pages] = True
+        inside = np.count_nonzero(marked[self.parent[pages]])
+        return inside == int(self.num_children[pages].sum())
 
     def remove(self, page: int) -> np.ndarray:
         """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""

@@ -85,6 +85,7 @@ class PagedKVCache:
             eviction.priority_floor if isinstance(eviction, FlooredEviction) else None
         )
         self._last_bound = -np.inf  # the last screen's bound on the k-th priority (a hint)
+        self._positions = np.empty(num_pages, dtype=np.int64)  # `_once_each`'s scratch
         # Carrying a shortlist pays where scoring a page costs more than carrying it: a floored
         # policy (scored); a last-access or count lookup (lru, lfu, fifo) ranks the pool as fast.
         self._shortlist = (
@@ -443,7 +444,7 @@ class PagedKVCache:
         """These pages, each once (in no particular order; the rounds' victims do not depend on
         it). A scatter and a gather over a pool-sized scratch array, not a sort: the position
         that wrote a page's slot last is the one kept."""
-        at = np.empty(self.pool.num_pages, dtype=np.int64)
+        at = self._positions  # (a kept scratch array: no pool-sized allocation a round)
         positions = np.arange(pages.size)
         at[pages] = positions
         return pages[at[pages] == positions]

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.kv.hashing import chained_page_keys, page_keys
+from sim.kv.index_base import ROOT
 from sim.kv.prefix_index import TwoLevelIndex
 from sim.routing_table import RoutingTable
 
@@ -63,7 +64,8 @@ def _claims_by_key(slots: dict[int, int], keys: list[int], pages: list[int]) -> 
 @given(st.lists(st.lists(st.integers(0, 15), min_size=1, max_size=8), max_size=12))
 def test_level1_claims_match_the_per_key_loop(chains):
     """Chains of keys (repeats within a chain and across chains) claimed on an index without
-    an overflow: the leading run claimed and the slots equal the setdefault loop's."""
+    an overflow, the pages claimed then linked (as insert_chain does): the leading run claimed
+    and the slots, in order, equal the setdefault loop's."""
     index = TwoLevelIndex(num_pages=128, page_size=2)
     reference: dict[int, int] = {}
     next_page = 0
@@ -73,13 +75,16 @@ def test_level1_claims_match_the_per_key_loop(chains):
         want = _claims_by_key(reference, keys, pages)
         got = index._claim_leading(pages, keys)
         assert got == want
-        assert index.key_to_page == reference
+        assert list(index.key_to_page.items()) == list(reference.items())
+        if got:
+            index._link(pages[:got], keys[:got], ROOT)
 
 
 def test_a_chain_repeating_a_key_stops_there():
     index = TwoLevelIndex(num_pages=16, page_size=1)
     assert index._claim_leading([0, 1, 2, 3], [7, 8, 7, 9]) == 2
     assert index.key_to_page == {7: 0, 8: 1}
+    index._link([0, 1], [7, 8], ROOT)  # the pages claimed are linked (insert_chain)
     assert index._claim_leading([4, 5], [9, 8]) == 1  # 8 is taken
     assert index.key_to_page == {7: 0, 8: 1, 9: 4}
 
