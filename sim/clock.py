@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Any, Protocol
 
 import simpy
@@ -39,7 +39,7 @@ class Span:
     """A node's decode span on the clock: `times[j]` is the end of its step j (step 0 ended when
     it started); ends 1 .. last - 1 are quiet, the node's `step_ended` is called at end `last`."""
 
-    __slots__ = ("actor", "times", "last", "first_id", "stamps", "active")
+    __slots__ = ("actor", "times", "last", "first_id", "stamps", "active", "entry")
 
     def __init__(self, actor: StepEnd, times: list[float], first_id: int):
         self.actor = actor
@@ -48,6 +48,7 @@ class Span:
         self.first_id = first_id  # the id end 1 drew (when the span started)
         self.stamps: dict[int, float] = {}  # settled stamps of its ends (ties only)
         self.active = True
+        self.entry: tuple = ()  # its last end's entry in the clock's queue
 
 
 class _Stamp:
@@ -126,7 +127,13 @@ class Clock(simpy.Environment):
     def cut_span(self, span: Span, last: int) -> None:
         """End the span at its end `last` (earlier than planned; not passed yet)."""
         if last != span.last:
-            span.last = last  # the entry queued for the old last end is skipped
+            ends = self._step_ends  # the old last end's entry goes (every queued entry is live)
+            at = ends.index(span.entry)
+            tail = ends.pop()
+            if at < len(ends):
+                ends[at] = tail
+                heapify(ends)
+            span.last = last
             self._queue_last(span)
 
     def extend_span(self, span: Span) -> None:
@@ -153,13 +160,12 @@ class Clock(simpy.Environment):
     def _queue_last(self, span: Span) -> None:
         last = span.last
         stamp = span.first_id if last == 1 else _Stamp(self, span, last)
-        heappush(self._step_ends, (span.times[last], NORMAL, stamp, span.actor, span))
+        span.entry = (span.times[last], NORMAL, stamp, span.actor, span)
+        heappush(self._step_ends, span.entry)
 
     # -- the loop --------------------------------------------------------------------------------
     def peek(self) -> float:
         ends = self._step_ends
-        while ends and ends[0][4] is not None and not self._due(ends[0]):
-            heappop(ends)  # a span end that was cut away
         parked = ends[0][0] if ends else float("inf")
         return min(parked, super().peek())
 
@@ -168,9 +174,7 @@ class Clock(simpy.Environment):
         ends, queue = self._step_ends, self._queue
         # Ids are unique, so the tuples compare on (time, priority, id) and never further.
         while ends and (not queue or ends[0] < queue[0]):
-            at_s, priority, eid, actor, span = heappop(ends)
-            if span is not None and not self._due((at_s, priority, eid, actor, span)):
-                continue
+            at_s, priority, eid, actor, _ = heappop(ends)
             self._now = at_s
             self._begin(at_s, priority, eid)
             actor.step_ended()
@@ -189,12 +193,6 @@ class Clock(simpy.Environment):
             current = self._current = (at_s, priority, eid)
         if self._spans:  # the log: only ties with a span's quiet ends read it
             self._log.append((*current, self._last_id + 1))
-
-    @staticmethod
-    def _due(entry: tuple) -> bool:
-        """Is this queued span end still the span's last (not cut away)?"""
-        span = entry[4]
-        return span.active and span.last == _index(entry)
 
     def _trim_log(self) -> None:
         """Drop what no running span can ask about: events before every span's first end."""
@@ -252,9 +250,3 @@ class Clock(simpy.Environment):
             return self._last_id + 0.5
         value = span.stamps[j] = log[at][3] - 0.5
         return value
-
-
-def _index(entry: tuple) -> int:
-    """The span end a queued entry stands for."""
-    stamp = entry[2]
-    return stamp.j if isinstance(stamp, _Stamp) else 1
