@@ -30,6 +30,7 @@ from sim.scheduler import BatchItem, Step
 # (id of the group's first block table, id of another) -> where they last differed
 CommonPrefixMemo = dict[tuple[int, int], int]
 MEMO_ENTRIES = 4096
+GROUP_ENTRIES = 32  # SharingGroups: groups remembered (each holds its block tables)
 
 
 def common_prefix(a: list[int], b: list[int], limit: int, memo: CommonPrefixMemo | None) -> int:
@@ -112,9 +113,10 @@ class SharingGroups:
     last step still compare the same: a difference found then is still there, and if none was,
     only the pages appended since are compared. Grouping is the same; comparing is one C-level
     pass over the tables' ids instead of a list comparison per member (280,000 a cascade arm).
-    The entries hold their tables, so an id is never another list's while it is remembered."""
+    The entries hold their tables, so an id is never another list's while it is remembered; the
+    least recently used go past `max_entries` (a node runs a few groups at a time)."""
 
-    def __init__(self, max_entries: int = MEMO_ENTRIES):
+    def __init__(self, max_entries: int = GROUP_ENTRIES):
         self.max_entries = max_entries
         self._last: dict[int, GroupEntry] = {}
 
@@ -141,17 +143,17 @@ class SharingGroups:
     def _common(self, tables: list[list[int]], shortest: int) -> int:
         """The first position below `shortest` where a table differs from the first, else
         `shortest` (what `common_prefix` gives, member after member)."""
-        ids = tuple(map(id, tables))
-        entry = self._last.get(ids[0])
+        ids, last = tuple(map(id, tables)), self._last
+        entry = last.pop(ids[0], None)  # (put back last: the oldest entries go first)
         if entry is not None and entry[0] == ids and shortest >= entry[2]:
             _, _, compared, common = entry
             if common == compared < shortest:  # equal so far: compare the pages appended since
                 common = _first_difference(tables, compared, shortest)
         else:
             common = _first_difference(tables, 0, shortest)
-            if len(self._last) >= self.max_entries:
-                self._last.clear()
-        self._last[ids[0]] = (ids, tuple(tables), shortest, common)
+        last[ids[0]] = (ids, tuple(tables), shortest, common)
+        if len(last) > self.max_entries:  # a group gone since: its tables are freed
+            del last[next(iter(last))]
         return common
 
 
@@ -200,6 +202,9 @@ class DecodeBatchExecutor(ModelledExecutor):
         super().__init__(latency, transfer, decode_prices)
         self.page_size = page_size
         self._groups = SharingGroups()
+        # Does the model read a step's longest decode context? (The cascade's executor prices
+        # without a ragged term too: then the longest context is not looked for.)
+        self._reads_longest = prices_decode_batch(latency)
 
     def prices_decode_by_sum(self) -> bool:
         return False  # shared pages and the longest context come from the batch
@@ -211,7 +216,11 @@ class DecodeBatchExecutor(ModelledExecutor):
         groups = [
             (size, tokens) for size, tokens, _ in self._groups.find(step.items, self.page_size)
         ]
-        return self._price(step.shape(), groups, longest_decode(step.items))
+        return self._price(step.shape(), groups, self._longest(step.items))
+
+    def _longest(self, items: list[BatchItem]) -> int:
+        """`longest_decode` where the model reads it (0, unknown, elsewhere: the same price)."""
+        return longest_decode(items) if self._reads_longest else 0
 
     def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
         """Prices of the decode span's steps 1, 2, ... after `step`: `compute_s` of each, the
@@ -223,9 +232,9 @@ class DecodeBatchExecutor(ModelledExecutor):
         groups = _uncapped(self._groups.find(step.items, self.page_size))
         if groups is None:
             return None
-        num_decode, longest = len(step.items), longest_decode(step.items)
-        return [
-            self._price(StepShape([], [], num_decode, ctx_sum), groups, longest + k)
+        num_decode, longest = len(step.items), self._longest(step.items)
+        return [  # (an unknown longest context stays unknown)
+            self._price(StepShape([], [], num_decode, ctx_sum), groups, longest and longest + k)
             for k, ctx_sum in enumerate(ctx_sums, start=1)
         ]
 
@@ -242,62 +251,7 @@ class CascadeExecutor(DecodeBatchExecutor):
     tails, plus one prefix pass for all groups.
 
     The engine launches the cascade only when it is faster than the plain kernel for the step
-    (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does.
-
-    A latency model that prices decodes by their count and context sum alone (no measured
-    shared-read or ragged term: `prices_decode_batch` is False) needs no step's longest context,
-    and prices both kernels of a decode span's steps as decode-only shapes, which a
-    `DecodePrices` memo holds: the plain kernel at each step's context sum, the cascade's tails
-    at that sum less the prefix pass's pairs (the same floats as `shape_time_s`, as
-    ModelledExecutor uses them). A step alone is priced by the model (a memo row is priced
-    whole when it is read again: dearer for the scattered sums of single steps)."""
-
-    def __init__(
-        self,
-        latency: LatencyModel,
-        transfer: RemoteTransfer | None,
-        page_size: int,
-        decode_prices: DecodePrices | None = None,
-    ):
-        super().__init__(latency, transfer, page_size, decode_prices)
-        self._by_sum = not prices_decode_batch(latency)  # the shared and longest terms unused
-
-    def compute_s(self, step: Step) -> float:
-        if not self._by_sum:
-            return super().compute_s(step)
-        groups = [
-            (size, tokens) for size, tokens, _ in self._groups.find(step.items, self.page_size)
-        ]
-        return self._price(step.shape(), groups, 0)  # (the longest context: unused)
-
-    def decode_span_prices(self, step: Step, ctx_sums: Seq[int]) -> list[float] | None:
-        if not self._by_sum:
-            return super().decode_span_prices(step, ctx_sums)
-        if self.transfer is not None:
-            return None
-        groups = _uncapped(self._groups.find(step.items, self.page_size))
-        if groups is None:
-            return None
-        return self._span_s(len(step.items), ctx_sums, groups)
-
-    def _span_s(
-        self, num_decode: int, ctx_sums: Seq[int], groups: list[tuple[int, int]]
-    ) -> list[float]:
-        """`_price` of a span's decode-only steps of `num_decode` requests, one per context sum
-        (the model prices them by count and sum alone: see the class docstring)."""
-        plain = self.decode_prices.many(num_decode, ctx_sums)
-        if not groups:
-            return plain
-        size, pairs = prefix_pass(groups)
-        if isinstance(ctx_sums, range):
-            tails: Seq[int] = range(ctx_sums.start - pairs, ctx_sums.stop - pairs, ctx_sums.step)
-        else:
-            tails = [ctx_sum - pairs for ctx_sum in ctx_sums]
-        prefix_s = self.latency.cascade_prefix_s(size, round(pairs / size))
-        cascade = self.decode_prices.many(num_decode, tails)
-        return [
-            min(plain_s, tail_s + prefix_s) for plain_s, tail_s in zip(plain, cascade, strict=True)
-        ]
+    (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
 
     def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
         """The cheaper of the plain kernel and the cascade (tails plus one prefix pass)."""

@@ -1,7 +1,6 @@
 """`SharingGroups` (a group's shared prefix found from its last step's) gives every step the
 groups `_groups` finds from scratch, as block tables grow, requests start over with new tables
-and join or leave the batch; the cascade executor's decode-only prices from the `DecodePrices`
-memo equal its prices from `shape_time_s`."""
+and join or leave the batch; prices skip the longest context only where the model ignores it."""
 
 from __future__ import annotations
 
@@ -57,13 +56,15 @@ def test_groups_found_step_after_step_are_the_groups_found_afresh(moves, prefixe
         assert tracker.find(items, PAGE) == _groups(items, PAGE, None)
 
 
-def test_decode_only_prices_from_the_memo_are_the_models_prices():
+def test_prices_without_the_longest_context_where_the_model_does_not_read_it():
+    """A model without measured shared-read or ragged terms prices a step the same whatever its
+    longest context: the executors skip looking for it, and price as if they had."""
     cfg = parse_config({"model": "llama-3-8b", "node": {"num_gpus": 1, "tp": 1}})
     latency = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
     rng = np.random.default_rng(7)
-    by_sum, reference = CascadeExecutor(latency, None, PAGE), CascadeExecutor(latency, None, PAGE)
-    reference._by_sum = False  # every price from shape_time_s
-    assert by_sum._by_sum
+    skips, reference = CascadeExecutor(latency, None, PAGE), CascadeExecutor(latency, None, PAGE)
+    assert not skips._reads_longest
+    reference._reads_longest = True  # every price with the step's longest context
     for _ in range(40):
         shared = list(range(int(rng.integers(1, 200))))
         items = []
@@ -72,7 +73,7 @@ def test_decode_only_prices_from_the_memo_are_the_models_prices():
             prefix = shared if rng.random() < 0.7 else []
             items.append((sequence(i, [*prefix, *own]), 1, False))
         step = Step(items=items)
-        assert by_sum.compute_s(step) == reference.compute_s(step)
+        assert skips.compute_s(step) == reference.compute_s(step)
         first = step.shape().decode_ctx_sum + len(items)
         sums = range(first, first + 30 * len(items), len(items))
-        assert by_sum.decode_span_prices(step, sums) == reference.decode_span_prices(step, sums)
+        assert skips.decode_span_prices(step, sums) == reference.decode_span_prices(step, sums)
