@@ -48,6 +48,7 @@ GHOST_KEYS = 4096  # rejected segments remembered for admission on second sight
 PICK_TIED_MIN = 1024
 _DEPTH_KEY = 2**31 - 1  # _pick_tied: deeper pages get lower keys (depths are int32)
 _PAGE_BITS = 2**32 - 1
+_SCRATCH: dict[int, np.ndarray] = {}  # pool size -> int64 scratch shared by the caches
 
 
 def make_index(kind: str, num_pages: int, page_size: int) -> IndexBase:
@@ -85,7 +86,11 @@ class PagedKVCache:
             eviction.priority_floor if isinstance(eviction, FlooredEviction) else None
         )
         self._last_bound = -np.inf  # the last screen's bound on the k-th priority (a hint)
-        self._positions = np.empty(num_pages, dtype=np.int64)  # `_once_each`'s scratch
+        # `_once_each`'s scratch: one array for every cache of this size (written and read
+        # within one call; one a cache would cost ~280 KB a node)
+        if num_pages not in _SCRATCH:
+            _SCRATCH[num_pages] = np.empty(num_pages, dtype=np.int64)
+        self._positions = _SCRATCH[num_pages]
         # Carrying a shortlist pays where scoring a page costs more than carrying it: a floored
         # policy (scored); a last-access or count lookup (lru, lfu, fifo) ranks the pool as fast.
         self._shortlist = (
