@@ -7,7 +7,6 @@ read-only node views (queue, running, KV, and the cached prefix length per the r
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 
 import numpy as np
@@ -146,18 +145,6 @@ class Cluster:
 
     # -- running -------------------------------------------------------------------------------
     def run(self, progress=None) -> None:
-        # What exists before the run (the workload, tables, earlier arms' results) stays: the
-        # collector's full passes during the run skip it (a caller's own freeze is left alone).
-        freeze = gc.get_freeze_count() == 0
-        if freeze:
-            gc.freeze()
-        try:
-            self._run(progress)
-        finally:
-            if freeze:
-                gc.unfreeze()
-
-    def _run(self, progress) -> None:
         if self.workload.num_clients is None:
             if self.cfg.exact_steps:
                 self.env.process(self._open_loop(self.workload.requests))
