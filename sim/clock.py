@@ -176,23 +176,25 @@ class Clock(simpy.Environment):
         while ends and (not queue or ends[0] < queue[0]):
             at_s, priority, eid, actor, _ = heappop(ends)
             self._now = at_s
-            self._begin(at_s, priority, eid)
+            # (as below: inlined, once per parked end)
+            current = self._current
+            if at_s != current[0] or current < (at_s, priority, eid):
+                current = self._current = (at_s, priority, eid)
+            if self._spans:
+                self._log.append((*current, self._last_id + 1))
             actor.step_ended()
         if queue:
+            # An event is processed: a span's end was passed before it if its key is below the
+            # highest key processed at this instant so far (an event created at this instant
+            # may come before one processed already: an urgent one after a normal one).
             at_s, priority, eid, _ = queue[0]
-            self._begin(at_s, priority, eid)
+            current = self._current
+            if at_s != current[0] or current < (at_s, priority, eid):
+                current = self._current = (at_s, priority, eid)
+            if self._spans:  # the log: only ties with a span's quiet ends read it
+                self._log.append((*current, self._last_id + 1))
         self.num_events += 1
         super().step()
-
-    def _begin(self, at_s: float, priority: int, eid: EventId) -> None:
-        """An event is processed: a span's end was passed before it if its key is below the
-        highest key processed at this instant so far (an event created at this instant may
-        come before one processed already: an urgent one after a normal one)."""
-        current = self._current
-        if at_s != current[0] or current < (at_s, priority, eid):
-            current = self._current = (at_s, priority, eid)
-        if self._spans:  # the log: only ties with a span's quiet ends read it
-            self._log.append((*current, self._last_id + 1))
 
     def _trim_log(self) -> None:
         """Drop what no running span can ask about: events before every span's first end."""
