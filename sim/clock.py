@@ -197,14 +197,26 @@ class Clock(simpy.Environment):
         super().step()
 
     def _trim_log(self) -> None:
-        """Drop what no running span can ask about: events before every span's first end."""
-        if not self._spans:
-            self._log.clear()
-            return
-        oldest = min(span.times[1] for span in self._spans)
-        drop = bisect_left(self._log, (oldest,))
+        """Drop what no span can ask about any more: events before the first end of every span
+        whose stamps may still be compared. Those are the running spans, the span of the key
+        being processed (an ended span's last end, which the next event at its instant is
+        compared with), and in turn the spans of the stamps in the entries kept: comparing with
+        one of those reads the log back to its span's earlier ends."""
+        log = self._log
+        oldest = min((span.times[1] for span in self._spans), default=float("inf"))
+        current = self._current[2]
+        if isinstance(current, _Stamp):
+            oldest = min(oldest, current.span.times[1])
+        drop = bisect_left(log, (oldest,))
+        while True:
+            kept = [e[2].span.times[1] for e in log[drop:] if isinstance(e[2], _Stamp)]
+            earlier = min(kept, default=oldest)
+            if earlier >= oldest:
+                break
+            oldest = earlier
+            drop = bisect_left(log, (oldest,))
         if drop:
-            del self._log[:drop]
+            del log[:drop]
 
     # -- exact ties --------------------------------------------------------------------------------
     def _key(self, span: Span, j: int) -> Key:

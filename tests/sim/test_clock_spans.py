@@ -141,3 +141,51 @@ probe_plan = st.deferred(
 @given(st.lists(probe_plan, min_size=1, max_size=12), st.integers(1, 4))
 def test_a_span_on_the_clock_is_passed_as_its_steps_one_by_one(plans, chunks):
     assert run(OneEntry, plans, chunks) == run(StepByStep, plans, chunks)
+
+
+def test_an_ended_span_tied_with_a_quiet_end_across_a_run_boundary():
+    """A span ends at 2.0, tying a quiet end of a span still running; the run stops at 2.5 (the
+    clock trims its log when `run` returns) and a reader at 3.0 then asks how many of the
+    running span's ends passed: the ended span's end must still be ordered as the step-by-step
+    driver orders it (a too-short log once placed it wrongly)."""
+
+    def scenario(make, untils):
+        env, out = Clock(), []
+        log: list = []
+        running = make(env, 1, log)
+
+        class Reader:
+            def step_ended(self):
+                out.append((env.now, running.passed()))
+
+        class Ending:
+            def __init__(self):
+                self.inner = make(env, 0, log)
+
+            def start(self):
+                self.inner.start([0.0, 1.0, 2.0], [])
+
+        ending = Ending()
+        ending.start()
+        original = ending.inner.step_ended
+
+        def at_last_end():
+            original()
+            if not ending.inner.active:
+                env.park(3.0, Reader(), NORMAL)
+
+        ending.inner.step_ended = at_last_end
+
+        class Starter:
+            def step_ended(self):
+                running.start([1.5, 2.0, 3.0, 4.0], [])
+
+        env.park(1.5, Starter(), NORMAL)
+        for until in untils:
+            env.run(until=until)
+        return out
+
+    reference = scenario(StepByStep, [5.0])
+    assert reference == [(3.0, 1)]
+    assert scenario(OneEntry, [5.0]) == reference
+    assert scenario(OneEntry, [2.5, 5.0]) == reference
