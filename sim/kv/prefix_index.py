@@ -144,11 +144,15 @@ class TwoLevelIndex(IndexBase):
     def _claim_leading(self, pages: list[int], keys: list[int]) -> int:
         slots = self.key_to_page
         size = len(slots)
-        if len(keys) > 1:  # usually every key is free: one C-level pass claims them all
+        # Usually every key is free: one C-level pass claims them all. A chain with a taken key
+        # (concurrent requests computing the same uncached prompt) goes one by one: undoing an
+        # update that overwrote a holder would have to find it again (a pass over the pool).
+        if len(keys) > 1 and slots.keys().isdisjoint(keys):
             slots.update(zip(keys, pages, strict=True))
             if len(slots) == size + len(keys):
                 return len(keys)
-            self._unclaim(keys)  # a key was taken or repeats: back as it was, one by one
+            for key in keys:  # a key repeats within the chain: undo, claim one by one
+                slots.pop(key, None)
         count = 0
         put = slots.setdefault
         for key, page in zip(keys, pages, strict=True):
@@ -158,22 +162,6 @@ class TwoLevelIndex(IndexBase):
             size += 1
             count += 1
         return count
-
-    def _unclaim(self, keys: list[int]) -> None:
-        """Undo `slots.update` of these keys (no overflow: level 1 held exactly the indexed
-        pages' keys, each its own): a key an indexed page held gets its holder back (a value
-        overwritten in place keeps its place in the dict's order), the others go."""
-        slots = self.key_to_page
-        wanted = np.fromiter(keys, dtype=np.uint64, count=len(keys))
-        indexed = np.flatnonzero(self.indexed)
-        held = indexed[np.isin(self.page_key[indexed], wanted)]
-        holders = dict(zip(self.page_key[held].tolist(), held.tolist(), strict=True))
-        for key in keys:
-            holder = holders.get(key)
-            if holder is None:
-                slots.pop(key, None)
-            else:
-                slots[key] = holder
 
     def _insert_trusting(
         self, pages: list[int], keys: list[int], parent: int, tokens: np.ndarray
