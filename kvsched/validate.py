@@ -29,9 +29,10 @@ from policies import make_policy
 from reports.validation import latency_table
 from sim.cascade import CommonPrefixMemo, longest_decode, shared_reads
 from sim.cluster import Cluster
-from sim.config import ConfigError, ExperimentConfig, parse_config
+from sim.config import ConfigError, ExperimentConfig, GpuConfig, parse_config
 from sim.kv.manager import paged_kv_from_config
 from sim.latency import LatencyModel, make_latency_model
+from sim.latency.factory import overhead_terms
 from sim.metrics import REQUEST_COLUMNS, request_frame
 from sim.request import Request, Workload
 from sim.scheduler import Scheduler, Step
@@ -403,10 +404,10 @@ COARSE_EXTRA_GRID_S = np.arange(0.0, 0.0605, 2e-3)  # 0-60 ms
 FINE_STEPS = 41  # points of each fine grid, spanning +-1 coarse step around the coarse best
 
 
-def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str, float]:
+def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]:
     """What the priced kernels leave out, measured on engine runs of one model and GPU (their
-    steps pooled; the terms of sim.latency.base.StepOverhead), the device part and the host part
-    each on its own clock.
+    `overhead_samples`, pooled; the terms of sim.latency.base.StepOverhead), the device part and
+    the host part each on its own clock.
 
     Device: the scale is the decode-only steps' GPU time over their priced kernels; steps with a
     prefill chunk give, from their GPU time, the cost per prefill token, an extra and the two
@@ -420,7 +421,6 @@ def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str,
     on the decode count (fixed + per decode), steps with a chunk on their decodes, chunks,
     chunks' context tokens and prefill tokens. A run without GPU times (a CPU run) counts the
     priced kernels as its device time."""
-    samples = [_overhead_samples(run, replayed) for run, replayed in runs]
     pooled = {key: np.concatenate([s[key] for s in samples]) for key in samples[0]}
     prefill = pooled["prefill"]
     # the serving machine's device time over the calibration's (and the decode step's unpriced
@@ -430,8 +430,7 @@ def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str,
     scale = float(np.median(ratios)) if usable.any() else 1.0
     priced = pooled["priced"] * scale
     device = np.where(pooled["gpu_s"] > 0, pooled["gpu_s"], priced)
-    loop = max(0.0, float(np.median(pooled["gaps"]))) if pooled["gaps"].size else 0.0
-    host = pooled["off_device"] - np.where(pooled["gpu_s"] > 0, 0.0, priced) + loop
+    host = _host_part(pooled, priced)
     overhead, per_decode = 0.0, 0.0
     if (~prefill).any():
         overhead, per_decode = _fit_nonneg_lad([pooled["num_decode"][~prefill]], host[~prefill])
@@ -467,7 +466,15 @@ def measured_overheads(runs: list[tuple[EngineRun, ReplayedSteps]]) -> dict[str,
 HOST_FEATURES = ("num_decode", "num_prefill", "prefill_ctx_sum", "prefill_tokens")
 
 
-def _overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.ndarray]:
+def _host_part(sample: dict[str, np.ndarray], priced: np.ndarray) -> np.ndarray:
+    """Each step's host part: its time off the GPU clock (without one, its duration less its
+    priced kernels, `priced`) plus the loop's median gap between steps followed at once."""
+    gaps = sample["gaps"]
+    loop = max(0.0, float(np.median(gaps))) if gaps.size else 0.0
+    return sample["off_device"] - np.where(sample["gpu_s"] > 0, 0.0, priced) + loop
+
+
+def overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.ndarray]:
     """Per step of one run: its priced kernels (calibration machine, no overhead terms), its GPU
     clock (`gpu_s`; 0 where the run has none), its time off that clock before subtracting it
     (duration + `sched_s`: preparation, launches, the sync, the scheduler planning and applying
@@ -502,27 +509,17 @@ def _overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.n
     }
 
 
-def host_time_medians(run: EngineRun, replayed: ReplayedSteps) -> dict[str, float | None]:
-    """The host part of the steps (what `measured_overheads` fits: off the GPU clock, plus the
-    loop's median gap), measured and as the run's terms price it, medians over decode-only steps
-    and over steps with a chunk (None where the run has no such step). The chunk steps' priced
-    part includes the device fit's fixed extra, which `gpu.prefill_step_overhead_s` carries with
-    the host's."""
-    sample = _overhead_samples(run, replayed)
-    loop = max(0.0, float(np.median(sample["gaps"]))) if sample["gaps"].size else 0.0
-    gpu_s = sample["gpu_s"]
-    measured = sample["off_device"] - np.where(gpu_s > 0, 0.0, sample["priced"]) + loop
-    g = run.cfg.gpu
-    decodes = sample["num_decode"]
-    priced = g.step_overhead_s + g.decode_overhead_s * decodes
-    chunk_host = (
-        g.prefill_step_overhead_s
-        + g.mixed_decode_overhead_s * decodes
-        + g.chunk_overhead_s * sample["num_prefill"]
-        + g.context_overhead_s * sample["prefill_ctx_sum"]
-        + g.host_token_overhead_s * sample["prefill_tokens"]
-    )
-    priced = np.where(sample["prefill"], priced + chunk_host, priced)
+def host_time_medians(sample: dict[str, np.ndarray], gpu: GpuConfig) -> dict[str, float | None]:
+    """The host part of a run's steps (`_host_part` of its `overhead_samples`: what
+    `measured_overheads` fits), measured and as `gpu`'s terms price it (StepOverhead's host),
+    medians over decode-only steps and over steps with a chunk (None where the run has no such
+    step). The chunk steps' priced part includes the device fit's fixed extra, which
+    `gpu.prefill_step_overhead_s` carries with the host's. Without GPU times the device time
+    scale is 1, so the unscaled priced kernels are the device time."""
+    measured = _host_part(sample, sample["priced"])
+    terms = overhead_terms(gpu)
+    columns = [sample[c].tolist() for c in HOST_FEATURES]  # decodes, chunks, context, tokens
+    priced = np.array([terms.host_s(*step) for step in zip(*columns, strict=True)])
     out: dict[str, float | None] = {}
     for kind, rows in (("decode", ~sample["prefill"]), ("chunk", sample["prefill"])):
         out[f"host_{kind}_step_measured_s"] = (
@@ -811,15 +808,17 @@ def validate(
     run = _pricing(load_engine_run(run_dir), measured_terms)
     requests, num_clients = measured_requests(run)
     counts, replayed = replay(run, requests)
-    measured = measured_overheads([(run, replayed)])
+    own = overhead_samples(run, replayed)
+    measured = measured_overheads([own])
     if overhead_from:
         source = f"measured on {' + '.join(p.name for p in overhead_from)} (kvsched validate)"
         _check_held_out(run_dir, overhead_from)
         probes = [_pricing(load_engine_run(p), measured_terms) for p in overhead_from]
         for path, probe in zip(overhead_from, probes, strict=True):
             _check_same_engine(path, probe, run)
-        pairs = [(probe, replay(probe, measured_requests(probe)[0])[1]) for probe in probes]
-        run = with_overheads(run, measured_overheads(pairs), source)
+        replays = [replay(probe, measured_requests(probe)[0])[1] for probe in probes]
+        samples = [overhead_samples(p, r) for p, r in zip(probes, replays, strict=True)]
+        run = with_overheads(run, measured_overheads(samples), source)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
     steps = step_errors(run, latency, replayed)
     step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())
@@ -848,7 +847,7 @@ def validate(
         ),
         **counts,
         "cached_tokens_mismatch_free_run": int(free_mismatch),
-        **host_time_medians(run, replayed),
+        **host_time_medians(own, run.cfg.gpu),
     }
     if repeat is not None:
         result["repeat"] = repeat_errors(run_dir, run, counts["output_tokens_measured"], repeat)

@@ -95,19 +95,11 @@ class StepOverhead:
     ) -> float:
         t = self.terms
         device = inner_s * t.device_scale
-        host = t.overhead_s + t.per_decode_s * num_decode
         if prefill_tokens:
             graphed = prefill_tokens + num_decode <= self.graph_max_tokens
             floor = t.mixed_floor_s if graphed else t.eager_floor_s
             device = max(device + t.per_token_s * prefill_tokens, floor)
-            host += (
-                t.prefill_extra_s
-                + t.mixed_decode_s * num_decode
-                + t.per_chunk_s * chunks
-                + t.per_context_s * context
-                + t.host_token_s * prefill_tokens
-            )
-        return device + host
+        return device + t.host_s(num_decode, chunks, context, prefill_tokens)
 
     def step_time_s(self, plan: StepPlan) -> float:
         return self._with_terms(
@@ -133,7 +125,7 @@ class StepOverhead:
     def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
         t = self.terms  # no prefill: _with_terms' device and host parts without the chunk terms
         inner = self.inner.decode_steps_s(num_decode, ctx_sums)
-        return inner * t.device_scale + (t.overhead_s + t.per_decode_s * num_decode)
+        return inner * t.device_scale + t.host_s(num_decode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +143,21 @@ class OverheadTerms:
     per_context_s: float = 0.0  # context_overhead_s
     host_token_s: float = 0.0  # host_token_overhead_s
     device_scale: float = 1.0  # device_time_scale
+
+    def host_s(
+        self, num_decode: int, chunks: int = 0, context: int = 0, prefill_tokens: int = 0
+    ) -> float:
+        """A step's host part (StepOverhead's `host`); the chunk terms only with prefill tokens."""
+        host = self.overhead_s + self.per_decode_s * num_decode
+        if prefill_tokens:
+            host += (
+                self.prefill_extra_s
+                + self.mixed_decode_s * num_decode
+                + self.per_chunk_s * chunks
+                + self.per_context_s * context
+                + self.host_token_s * prefill_tokens
+            )
+        return host
 
     def describe(self) -> str:
         parts = [

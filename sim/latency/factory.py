@@ -29,7 +29,15 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
             f"with a table for {model.name} at tp {tp} (gpu.calibration); this GPU has none"
         )
     priced = calibrated if calibrated is not None else RooflineLatency(model, gpu, tp)
-    terms = OverheadTerms(
+    terms = overhead_terms(gpu)
+    if terms == OverheadTerms():
+        return priced
+    return StepOverhead(priced, terms, graph_max_tokens=gpu.mixed_graph_max_tokens)
+
+
+def overhead_terms(gpu: GpuConfig) -> OverheadTerms:
+    """The GPU's measured overhead terms (`gpu.*_overhead_s`, floors, device time scale)."""
+    return OverheadTerms(
         overhead_s=gpu.step_overhead_s,
         prefill_extra_s=gpu.prefill_step_overhead_s,
         per_token_s=gpu.token_overhead_s,
@@ -42,6 +50,3 @@ def make_latency_model(model: ModelConfig, gpu: GpuConfig, tp: int) -> LatencyMo
         host_token_s=gpu.host_token_overhead_s,
         device_scale=gpu.device_time_scale,
     )
-    if terms == OverheadTerms():
-        return priced
-    return StepOverhead(priced, terms, graph_max_tokens=gpu.mixed_graph_max_tokens)
