@@ -82,6 +82,17 @@ FUSED_COMBINE = True
 FUSED_COMBINE_MAX_SPLITS = 12
 SINGLE_SEQUENCE_PROGRAMS_PER_SM = 2
 SINGLE_SEQUENCE_NUM_STAGES = 5
+# Session 9 (opt-in, `wave_fit`): a program has a fixed cost (Q load, the first tiles' latency,
+# the partial write and merge) that 16 programs per SM pay about four times over, since only
+# RESIDENT_PROGRAMS_PER_SM fit at once (115 registers x 128 threads). When every sequence can
+# take k splits with all batch x kv_heads x k programs resident in one wave, and that wave's
+# longest program (max_seq_len / k tokens) is within `wave_fit` times a perfectly balanced share
+# (total x kv_heads / resident slots), the launch is cut that way instead: near-uniform batches
+# take one wave of long programs, ragged ones (a long sequence's share far over the mean) keep
+# the finer splits whose short tail they need. Only ever fewer splits than the default rule, so
+# decode_split_bound still bounds it.
+RESIDENT_PROGRAMS_PER_SM = 4
+WAVE_FIT = 0.0  # off: decode_attn in calibration/h200.json was measured without it
 MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
@@ -444,6 +455,7 @@ def choose_split(
     min_split_tokens: int = MIN_SPLIT_TOKENS,
     cap_to_mean: bool = CAP_TO_MEAN,
     batch: int = 0,
+    wave_fit: float = WAVE_FIT,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
 
@@ -452,7 +464,8 @@ def choose_split(
     work, not by batch size, keeps one 32K request in a batch of short ones from being the tail.
     With `cap_to_mean` (and the `batch` size) a split is also no longer than the batch's mean
     sequence (for a uniform batch that changes nothing). A batch of one sequence aims at no more
-    than SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM.
+    than SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM. `wave_fit` > 0 (and the batch size):
+    see RESIDENT_PROGRAMS_PER_SM.
     """
     if batch == 1:
         programs_per_sm = min(programs_per_sm, SINGLE_SEQUENCE_PROGRAMS_PER_SM)
@@ -462,9 +475,38 @@ def choose_split(
         tokens = min(tokens, -(-total_tokens // batch))
     tokens = max(tokens, min_split_tokens, -(-max_seq_len // MAX_SPLITS))
     tokens = -(-tokens // block_n) * block_n
+    if wave_fit > 0 and batch > 1:
+        one_wave = _one_wave_tokens(
+            total_tokens, max_seq_len, batch, programs_per_seq, num_sms, block_n, wave_fit
+        )
+        tokens = max(tokens, one_wave)
     if tokens >= max_seq_len:
         return 1, max(max_seq_len, 1)
     return -(-max_seq_len // tokens), tokens
+
+
+def _one_wave_tokens(
+    total_tokens: int,
+    max_seq_len: int,
+    batch: int,
+    programs_per_seq: int,
+    num_sms: int,
+    block_n: int,
+    slack: float,
+) -> int:
+    """The split length that keeps every program in one resident wave (each sequence in at most
+    k = slots // (batch x programs_per_seq) splits of max_seq_len / k tokens), if that wave's
+    longest program is within `slack` times a balanced share of the work (total_tokens x
+    programs_per_seq / slots); else 0 (keep the default rule's)."""
+    slots = RESIDENT_PROGRAMS_PER_SM * num_sms
+    k = slots // (batch * programs_per_seq)
+    if k < 1:
+        return 0
+    per_split = -(-max_seq_len // k)
+    tokens = -(-per_split // block_n) * block_n
+    if tokens * slots > slack * total_tokens * programs_per_seq:
+        return 0
+    return tokens
 
 
 def decode_splits(
@@ -478,6 +520,7 @@ def decode_splits(
     programs_per_sm: int = DEFAULT_PROGRAMS_PER_SM,
     min_split_tokens: int = MIN_SPLIT_TOKENS,
     cap_to_mean: bool = CAP_TO_MEAN,
+    wave_fit: float = WAVE_FIT,
 ) -> tuple[int, int]:
     """(num_splits, tokens_per_split) the grouped decode launcher picks for this batch: what a
     caller of the device-split mode writes into its `split_tensor`."""
@@ -491,6 +534,7 @@ def decode_splits(
         min_split_tokens,
         cap_to_mean,
         batch,
+        wave_fit,
     )
 
 
@@ -736,6 +780,7 @@ def prepare_decode(
     max_splits: int | None = None,
     reverse_splits: bool = REVERSE_SPLITS,
     fused_combine: bool = FUSED_COMBINE,
+    wave_fit: float = WAVE_FIT,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -764,6 +809,7 @@ def prepare_decode(
     counter per program row, owned by the result, is back at 0 after every launch) when there are
     at most FUSED_COMBINE_MAX_SPLITS splits. Reversing leaves the outputs' bits unchanged; the
     fused merge rounds differently from the combine kernel (an online merge, 8 splits a step).
+    `wave_fit` > 0: one wave of longer splits for near-uniform batches (RESIDENT_PROGRAMS_PER_SM).
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -837,6 +883,7 @@ def prepare_decode(
             min_split_tokens,
             cap_to_mean,
             batch,
+            wave_fit,
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")

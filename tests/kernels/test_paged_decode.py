@@ -229,6 +229,62 @@ def test_choose_split_policy():
     assert choose_split(16384, 16384, 8, 132, 64, batch=1) == choose_split(16384, 16384, 8, 132, 64)
 
 
+def test_wave_fit_rule():
+    # Near-uniform batches of <= 66 sequences x 8 KV heads (528 = 4 resident x 132 SMs): one
+    # wave of k = 528 // (batch x 8) splits per sequence; 16 x 8K: 4 of 2,048 (default 16 of 512).
+    assert choose_split(16 * 8192, 8192, 8, 132, 64, batch=16, wave_fit=1.1) == (4, 2048)
+    assert choose_split(64 * 2048, 2048, 8, 132, 64, batch=64, wave_fit=1.1) == (1, 2048)
+    assert choose_split(64 * 32768, 32768, 8, 132, 64, batch=64, wave_fit=1.1) == (1, 32768)
+    # Ragged: the one-wave split (the 32K sequence in one program) is 2.2x a balanced share, so
+    # the default rule's finer splits stay; so do batches over 66 sequences (seed mix: 100).
+    ragged = [32768] + [8192] * 31
+    assert choose_split(sum(ragged), 32768, 8, 132, 64, batch=32, wave_fit=1.3) == choose_split(
+        sum(ragged), 32768, 8, 132, 64, batch=32
+    )
+    assert choose_split(731179, 32768, 8, 132, 64, batch=100, wave_fit=1.3) == (12, 2816)
+    # Off (0) is the default rule.
+    assert choose_split(16 * 8192, 8192, 8, 132, 64, batch=16, wave_fit=0.0) == (16, 512)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 40000), min_size=2, max_size=80),
+    st.sampled_from([1, 2, 8]),
+    st.sampled_from([0.5, 1.0, 1.1, 1.5, 4.0]),
+)
+def test_wave_fit_only_coarsens_and_fills_one_wave(lens, heads, slack):
+    # Never more splits than the default rule (so decode_split_bound still bounds a device-split
+    # graph); when it changes the split, every program is resident at once.
+    from kernels.paged_decode import RESIDENT_PROGRAMS_PER_SM
+
+    b, n, m = len(lens), sum(lens), max(lens)
+    base = choose_split(n, m, heads, 132, 64, batch=b)
+    fit = choose_split(n, m, heads, 132, 64, batch=b, wave_fit=slack)
+    assert fit[0] <= base[0] and fit[1] >= base[1]
+    if fit != base:
+        programs = heads * sum(-(-x // fit[1]) for x in lens)
+        assert programs <= RESIDENT_PROGRAMS_PER_SM * 132
+
+
+def test_wave_fit_through_the_launcher(monkeypatch):
+    # On a pretend 1-SM device (4 resident programs): two 1,000-token sequences x 2 KV heads
+    # take one wave of unsplit programs with wave_fit (4 splits of 256 without); a ragged pair
+    # keeps the default rule's (6 of 192). Outputs are the reference's either way.
+    import kernels.paged_decode as pd
+
+    monkeypatch.setattr(pd, "_num_sms", lambda device: 1)
+    for lens, splits, default in (([1000, 1000], 1, 4), ([1000, 200], 6, 6)):
+        err = check(lens, 2, 4, 16, min_split_tokens=64, wave_fit=1.1)
+        assert err < TOL
+        g = torch.Generator(device=DEVICE).manual_seed(0)
+        kv = make_paged_kv(lens, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+        q = torch.randn(len(lens), 8, HEAD_DIM, device=DEVICE).to(torch.bfloat16)
+        args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+        launch = pd.prepare_decode(*args, min_split_tokens=64, wave_fit=1.1)
+        assert launch.num_splits == splits
+        assert pd.prepare_decode(*args, min_split_tokens=64).num_splits == default
+
+
 def test_single_sequence_pipeline_depth():
     # One sequence runs at SINGLE_SEQUENCE_NUM_STAGES (with at most 2 programs per SM, which its
     # shared memory fits in one wave); larger batches at the default depth; a given num_stages
