@@ -249,7 +249,9 @@ def time_kernel(
     from kernels.paged_decode import paged_decode_attention
 
     lens = kv.seq_lens.tolist()
-    hints = dict(max_seq_len=max(lens), total_tokens=sum(lens))
+    hints: dict[str, Any] = dict(max_seq_len=max(lens), total_tokens=sum(lens))
+    if cfg.get("one_wave"):
+        hints["lengths"] = lens  # the one-wave rule plans from the host's lengths
     out = torch.full_like(q, float("nan"))
 
     def launch(check_bounds: bool) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,12 @@ SINGLE_SEQUENCE_NUM_STAGES = 5
 # decode_split_bound still bounds it.
 RESIDENT_PROGRAMS_PER_SM = 4
 WAVE_FIT = 0.0  # off: decode_attn in calibration/h200.json was measured without it
+# Session 9 (opt-in, `one_wave` = resident programs per SM, with the batch's `lengths` on the
+# host): FlashInfer's decode planner's rule. While batch x kv_heads programs fit in one resident
+# wave (one_wave x SMs), the split length is the shortest (>= min_split_tokens) whose programs
+# still all fit; past that the default rule. Unlike wave_fit it balances ragged batches by their
+# real lengths, but it needs them on the host, and it can split more than the default rule.
+ONE_WAVE = 0
 MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
@@ -456,6 +463,8 @@ def choose_split(
     cap_to_mean: bool = CAP_TO_MEAN,
     batch: int = 0,
     wave_fit: float = WAVE_FIT,
+    one_wave: int = ONE_WAVE,
+    lengths: Sequence[int] | None = None,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
 
@@ -465,8 +474,16 @@ def choose_split(
     With `cap_to_mean` (and the `batch` size) a split is also no longer than the batch's mean
     sequence (for a uniform batch that changes nothing). A batch of one sequence aims at no more
     than SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM. `wave_fit` > 0 (and the batch size):
-    see RESIDENT_PROGRAMS_PER_SM.
+    see RESIDENT_PROGRAMS_PER_SM; `one_wave` > 0 with `lengths`: see ONE_WAVE.
     """
+    if one_wave > 0 and lengths is not None and len(lengths) > 1:
+        tokens = _one_wave_split(
+            lengths, programs_per_seq, one_wave * num_sms, block_n, min_split_tokens
+        )
+        if tokens:
+            return (
+                (1, max_seq_len) if tokens >= max_seq_len else (-(-max_seq_len // tokens), tokens)
+            )
     if batch == 1:
         programs_per_sm = min(programs_per_sm, SINGLE_SEQUENCE_PROGRAMS_PER_SM)
     target = max(1, programs_per_sm * num_sms)
@@ -507,6 +524,32 @@ def _one_wave_tokens(
     if tokens * slots > slack * total_tokens * programs_per_seq:
         return 0
     return tokens
+
+
+def _one_wave_split(
+    lengths: Sequence[int], programs_per_seq: int, slots: int, block_n: int, min_tokens: int
+) -> int:
+    """The shortest split length (a multiple of block_n, >= min_tokens, <= MAX_SPLITS splits a
+    sequence) whose programs (programs_per_seq x the sum of each sequence's splits) fit in
+    `slots`; 0 when even unsplit sequences do not fit (then the default rule applies)."""
+    lens = np.asarray(lengths, dtype=np.int64)
+    if lens.size * programs_per_seq > slots:
+        return 0
+    longest = int(lens.max())
+
+    def fits(tokens: int) -> bool:
+        return int((-(-lens // tokens)).sum()) * programs_per_seq <= slots
+
+    floor = max(min_tokens, -(-longest // MAX_SPLITS))
+    lo = -(-floor // block_n)  # in tiles
+    hi = max(lo, -(-longest // block_n))
+    while lo < hi:  # the number of programs only falls as the split length grows
+        mid = (lo + hi) // 2
+        if fits(mid * block_n):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo * block_n
 
 
 def decode_splits(
@@ -781,6 +824,8 @@ def prepare_decode(
     reverse_splits: bool = REVERSE_SPLITS,
     fused_combine: bool = FUSED_COMBINE,
     wave_fit: float = WAVE_FIT,
+    one_wave: int = ONE_WAVE,
+    lengths: Sequence[int] | None = None,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -810,6 +855,7 @@ def prepare_decode(
     at most FUSED_COMBINE_MAX_SPLITS splits. Reversing leaves the outputs' bits unchanged; the
     fused merge rounds differently from the combine kernel (an online merge, 8 splits a step).
     `wave_fit` > 0: one wave of longer splits for near-uniform batches (RESIDENT_PROGRAMS_PER_SM).
+    `one_wave` > 0 and `lengths` (the host's copy of seq_lens): FlashInfer's one-wave rule (ONE_WAVE).
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -884,6 +930,8 @@ def prepare_decode(
             cap_to_mean,
             batch,
             wave_fit,
+            one_wave,
+            lengths,
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")

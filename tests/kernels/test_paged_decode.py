@@ -266,6 +266,35 @@ def test_wave_fit_only_coarsens_and_fills_one_wave(lens, heads, slack):
         assert programs <= RESIDENT_PROGRAMS_PER_SM * 132
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 40000), min_size=2, max_size=80),
+    st.sampled_from([1, 2, 8]),
+    st.sampled_from([1, 4, 8]),
+)
+def test_one_wave_split_is_the_shortest_that_fits(lens, heads, resident):
+    # FlashInfer's rule: all programs in one resident wave, with the shortest such split (not
+    # under the 512-token floor); past one wave of unsplit sequences, the default rule.
+    import kernels.paged_decode as pd
+
+    b, n, m = len(lens), sum(lens), max(lens)
+    slots = resident * 132
+    got = choose_split(n, m, heads, 132, 64, batch=b, one_wave=resident, lengths=lens)
+    if b * heads > slots:
+        assert got == choose_split(n, m, heads, 132, 64, batch=b)
+        return
+    splits, tokens = got
+    assert splits == -(-m // tokens)
+
+    def programs(t: int) -> int:
+        return heads * sum(-(-x // t) for x in lens)
+
+    assert programs(tokens) <= slots
+    floor = max(pd.MIN_SPLIT_TOKENS, -(-m // pd.MAX_SPLITS))
+    if splits > 1 and tokens - 64 >= floor:
+        assert programs(tokens - 64) > slots
+
+
 def test_wave_fit_through_the_launcher(monkeypatch):
     # On a pretend 1-SM device (4 resident programs): two 1,000-token sequences x 2 KV heads
     # take one wave of unsplit programs with wave_fit (4 splits of 256 without); a ragged pair
@@ -274,8 +303,8 @@ def test_wave_fit_through_the_launcher(monkeypatch):
 
     monkeypatch.setattr(pd, "_num_sms", lambda device: 1)
     for lens, splits, default in (([1000, 1000], 1, 4), ([1000, 200], 6, 6)):
-        err = check(lens, 2, 4, 16, min_split_tokens=64, wave_fit=1.1)
-        assert err < TOL
+        assert check(lens, 2, 4, 16, min_split_tokens=64, wave_fit=1.1) < TOL
+        assert check(lens, 2, 4, 16, min_split_tokens=64, one_wave=4, lengths=lens) < TOL
         g = torch.Generator(device=DEVICE).manual_seed(0)
         kv = make_paged_kv(lens, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
         q = torch.randn(len(lens), 8, HEAD_DIM, device=DEVICE).to(torch.bfloat16)
