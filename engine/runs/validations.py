@@ -4,9 +4,9 @@ tests/app/test_engine_runs.py recomputes and compares).
     python engine/runs/validations.py [RUN ...]
 
 Per run: validation.json (`kvsched validate RUN`: the kernels as calibrated). Per workload run
-(not a probe, not a repeat): validation_heldout.json (`--overhead-from` the probes of the same
-model and TP), and validation_heldout_<term>.json (the same with one measured term on: l2, ragged,
-prefill; `all`: all three). A run with a repeat beside it (`<run>_repeat/`, the same config
+and per repeat (not a probe): validation_heldout.json (`--overhead-from` the probes of the same
+model and TP), and validation_heldout_<term>.json (the same with one measured term on: l2,
+ragged, prefill; `all`: all three). A run with a repeat beside it (`<run>_repeat/`, the same config
 served again in the same device call) carries the engine's run-to-run errors (`--repeat`).
 """
 
@@ -50,8 +50,9 @@ def repeat_for(run_dir: Path) -> Path | None:
 
 
 def is_workload(run_dir: Path) -> bool:
-    probe = any(name in run_dir.name for name in PROBES)
-    return not probe and not run_dir.name.endswith("_repeat")
+    """Not a probe. A repeat is judged like its workload: its held-out errors beside the
+    workload's show how far the metrics themselves move from one run of a config to the next."""
+    return not any(name in run_dir.name for name in PROBES)
 
 
 def write(result: dict, path: Path) -> None:
