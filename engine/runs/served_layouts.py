@@ -9,7 +9,8 @@ steps of two or more decodes is kept: per decode its context (as a step's shape 
 its block table, page ids renumbered in first-seen order (so pages the step's decodes share keep
 the same index) and stored as [first, count] runs; the step's row in steps.csv (`step`); with
 --real-ids also the pool's own page ids (`ids`). `logs/2026-11-30_served_batches/layouts.json`
-came from round 4, `layouts_round5_ids.json` from round 5.
+came from round 4, `layouts_round5_ids.json` from round 5, `layouts_round7_ids.json` from round 7
+(the probes too).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ SERVED = {
     "multi_turn": "llama-3-8b",
     "shared_prefix": "llama-3-8b",
     "azure_conv": "llama-3-8b",
+    "overhead_probe": "llama-3-8b",
+    "host_probe": "llama-3-8b",
     "article70b_tp2_shared_prefix": "article-70b-tp2",
 }
 
