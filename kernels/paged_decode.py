@@ -83,17 +83,21 @@ FUSED_COMBINE = True
 FUSED_COMBINE_MAX_SPLITS = 12
 SINGLE_SEQUENCE_PROGRAMS_PER_SM = 2
 SINGLE_SEQUENCE_NUM_STAGES = 5
-# Session 9 (opt-in, `wave_fit`): a program has a fixed cost (Q load, the first tiles' latency,
-# the partial write and merge) that 16 programs per SM pay about four times over, since only
-# RESIDENT_PROGRAMS_PER_SM fit at once (115 registers x 128 threads). When every sequence can
+# Session 9 (`wave_fit`, default 1.15): a program has a fixed cost (Q load, the first tiles'
+# latency, the partial write and merge) that 16 programs per SM pay about four times over, since
+# only RESIDENT_PROGRAMS_PER_SM fit at once (116 registers x 128 threads). When every sequence can
 # take k splits with all batch x kv_heads x k programs resident in one wave, and that wave's
 # longest program (max_seq_len / k tokens) is within `wave_fit` times a perfectly balanced share
 # (total x kv_heads / resident slots), the launch is cut that way instead: near-uniform batches
 # take one wave of long programs, ragged ones (a long sequence's share far over the mean) keep
-# the finer splits whose short tail they need. Only ever fewer splits than the default rule, so
-# decode_split_bound still bounds it.
+# the finer splits whose short tail they need. Only ever fewer splits than the 16-per-SM rule, so
+# decode_split_bound still bounds it. H200 sweep of 2026-11-30 23:23 UTC
+# (measurements/bench_decode_sweep_s9_call1.json), ms, default rule -> wave_fit 1.15: 16 x 8K
+# 0.1515 -> 0.1424, 16 x 32K 0.5140 -> 0.5064, 64 x 2K 0.1540 -> 0.1384, 64 x 8K 0.5141 ->
+# 0.5002, 64 x 32K 1.9595 -> 1.9523 (16 x 2K, 256 x 2K / 8K: same splits); the seed mix and 8
+# ragged batches within -1.2% .. +0.2%. At 1.5 a mildly ragged 64 x U(4K-8K) lost 2.2%.
 RESIDENT_PROGRAMS_PER_SM = 4
-WAVE_FIT = 0.0  # off: decode_attn in calibration/h200.json was measured without it
+WAVE_FIT = 1.15
 # Session 9 (opt-in, `one_wave` = resident programs per SM, with the batch's `lengths` on the
 # host): FlashInfer's decode planner's rule. While batch x kv_heads programs fit in one resident
 # wave (one_wave x SMs), the split length is the shortest (>= min_split_tokens) whose programs

@@ -218,7 +218,9 @@ def test_choose_split_policy():
     # batch's are unchanged.
     assert choose_split(731179, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=100) == (5, 7360)
     assert choose_split(731179, 32768, 8, 132, 64, 4) == (3, 11136)
-    assert choose_split(16 * 32768, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=16) == (5, 8000)
+    assert choose_split(
+        16 * 32768, 32768, 8, 132, 64, 4, cap_to_mean=True, batch=16, wave_fit=0.0
+    ) == (5, 8000)
     # One sequence: SINGLE_SEQUENCE_PROGRAMS_PER_SM = 2 programs per SM at most (1 x 128K: 33
     # splits of 4,032 tokens, not 256 of 512; 1 x 32K: 32 of 1,024, not 64 of 512); up to 16K
     # the 512-token floor gives the same splits either way.
@@ -239,11 +241,12 @@ def test_wave_fit_rule():
     # the default rule's finer splits stay; so do batches over 66 sequences (seed mix: 100).
     ragged = [32768] + [8192] * 31
     assert choose_split(sum(ragged), 32768, 8, 132, 64, batch=32, wave_fit=1.3) == choose_split(
-        sum(ragged), 32768, 8, 132, 64, batch=32
+        sum(ragged), 32768, 8, 132, 64, batch=32, wave_fit=0.0
     )
     assert choose_split(731179, 32768, 8, 132, 64, batch=100, wave_fit=1.3) == (12, 2816)
-    # Off (0) is the default rule.
+    # Off (0): the 16-programs-per-SM rule alone; the default is 1.15.
     assert choose_split(16 * 8192, 8192, 8, 132, 64, batch=16, wave_fit=0.0) == (16, 512)
+    assert choose_split(16 * 8192, 8192, 8, 132, 64, batch=16) == (4, 2048)
 
 
 @settings(max_examples=200, deadline=None)
@@ -258,7 +261,7 @@ def test_wave_fit_only_coarsens_and_fills_one_wave(lens, heads, slack):
     from kernels.paged_decode import RESIDENT_PROGRAMS_PER_SM
 
     b, n, m = len(lens), sum(lens), max(lens)
-    base = choose_split(n, m, heads, 132, 64, batch=b)
+    base = choose_split(n, m, heads, 132, 64, batch=b, wave_fit=0.0)
     fit = choose_split(n, m, heads, 132, 64, batch=b, wave_fit=slack)
     assert fit[0] <= base[0] and fit[1] >= base[1]
     if fit != base:
@@ -281,7 +284,7 @@ def test_one_wave_split_is_the_shortest_that_fits(lens, heads, resident):
     slots = resident * 132
     got = choose_split(n, m, heads, 132, 64, batch=b, one_wave=resident, lengths=lens)
     if b * heads > slots:
-        assert got == choose_split(n, m, heads, 132, 64, batch=b)
+        assert got == choose_split(n, m, heads, 132, 64, batch=b)  # the default rule
         return
     splits, tokens = got
     assert splits == -(-m // tokens)
@@ -311,7 +314,7 @@ def test_wave_fit_through_the_launcher(monkeypatch):
         args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
         launch = pd.prepare_decode(*args, min_split_tokens=64, wave_fit=1.1)
         assert launch.num_splits == splits
-        assert pd.prepare_decode(*args, min_split_tokens=64).num_splits == default
+        assert pd.prepare_decode(*args, min_split_tokens=64, wave_fit=0.0).num_splits == default
 
 
 def test_single_sequence_pipeline_depth():

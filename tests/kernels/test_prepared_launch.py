@@ -313,9 +313,9 @@ def test_decode_splits_and_their_bound():
         for max_len in (1, 700, 5000, 40000):
             bound = decode_split_bound(batch, max_len, 8, "cpu")
             # (batch 1: the bound of the 16-programs-per-SM rule, which bounds every batch size;
-            # the launcher's single-sequence rule only splits less)
+            # the launcher's single-sequence rule and wave_fit only split less)
             brute = max(
-                choose_split(L + batch - 1, L, 8, 132, 64, 16, 512, False, max(batch, 2))[0]
+                choose_split(L + batch - 1, L, 8, 132, 64, 16, 512, False, max(batch, 2), 0.0)[0]
                 for L in range(1, max_len + 1)
             )
             assert bound == brute, (batch, max_len)
