@@ -9,7 +9,8 @@
 # is split over 4 warps along the keys). The default split rule aims at 16 programs per SM, i.e.
 # about four rounds of the 4 resident ones, each program paying its fixed cost (Q load, the first
 # tiles' latency, the partial write, the merge): 64 x 2K = 2,048 programs of 512 keys.
-# decode: 1. GPU tests: the decode split rules and kernel (subset)
+# Call 1's ncu step found no `kernels` (its case script ran from $OUT without PYTHONPATH).
+# decode (call 1): 1. GPU tests: the decode split rules and kernel (subset)
 #         2. compile facts of each swept config (registers, spills, shared memory)
 #         3. ncu on two launches (defaults, 16 x 2K and 64 x 2K): occupancy, stall reasons
 #         4. sweep: split rules (wave_fit, one_wave = FlashInfer's, programs per SM, split floor)
@@ -19,8 +20,56 @@
 #            better than the defaults', with no target shape > 1% slower and no ragged batch
 #            > 1% slower (nor their geo-mean slower)
 #         6. if chosen: kernels.calibrate --parts decode with it, --fidelity 30 --fidelity-extra 12
+# calib (call 2): call 1's decode re-calibration priced the held-out steps with another
+#         machine's GEMM tables (the 70B TP-2 worst step measured 3.3% slower here than on the
+#         19:06 UTC machine): 1. kernels.calibrate, every part but the NCCL all-reduce, with the
+#         new defaults (wave_fit 1.15), --fidelity 30 --fidelity-extra 12 (one machine)
+#         2. ncu (defaults: 16 x 2K, 64 x 2K)  3. decode targets vs SDPA with the new defaults,
+#         and the one-wave rule with a slack test (opt-in, needs the host's lengths) on ragged
+#         batches
 mode=${1:-decode}
 . "$(dirname "$0")/device_budget.sh"
+if [ "$mode" = calib ]; then
+device_start 330
+step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12 (defaults)"
+cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
+timeout "$(left 230 90)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
+  --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" \
+  2>&1 | tee -a "$log"
+step "ncu: defaults on 16 x 2K and 64 x 2K"
+mkdir -p ncu_tmp
+cat > ncu_tmp/case.py <<'PY'
+import torch
+from kernels.bench import make_case
+from kernels.paged_decode import paged_decode_attention
+for lens in ([2048] * 16, [2048] * 64):
+    q, kv = make_case(lens, 16)
+    for _ in range(2):
+        paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+    torch.cuda.synchronize()
+PY
+for skip in 1 3; do
+  PYTHONPATH=. timeout "$(left 25 60)" ncu --clock-control none -k regex:_paged_decode_kernel \
+    --launch-skip $skip --launch-count 1 --section LaunchStats --section Occupancy \
+    --section SpeedOfLight --section WarpStateStats --csv --page details \
+    python3 ncu_tmp/case.py > "$OUT/ncu_s9_skip$skip.csv" 2>> "$log"
+  echo "ncu skip $skip exit $?" | tee -a "$log"
+done
+step "decode targets vs SDPA (defaults); one-wave rule with a slack test on ragged batches"
+timeout "$(left 60 0)" python3 -m kernels.bench --out "$OUT/bench_decode_s9_call2.json" --sweep-sdpa \
+  --sweep-shapes '["16x2K", "16x8K", "16x32K", "64x2K", "64x8K", "64x32K", "256x2K", "256x8K",
+  "1x128K", "seed-mix", ["16xU2-8K", {"n": 16, "lo": 2048, "hi": 8192, "seed": 1}],
+  ["64xU1-8K", {"n": 64, "lo": 1024, "hi": 8192, "seed": 2}],
+  ["64xU4-8K", {"n": 64, "lo": 4096, "hi": 8192, "seed": 3}],
+  ["32xU0.5-32K", {"n": 32, "lo": 512, "hi": 32768, "seed": 4}],
+  ["128xU0.5-8K", {"n": 128, "lo": 512, "hi": 8192, "seed": 5}],
+  ["32xU1-16K", {"n": 32, "lo": 1024, "hi": 16384, "seed": 8}],
+  ["8xU0.5-32K", {"n": 8, "lo": 512, "hi": 32768, "seed": 9}]]' \
+  --decode-sweep '[{}, {"wave_fit": 0.0, "_batch1": false},
+  {"one_wave": 4, "one_wave_slack": 1.3, "_batch1": false}]' 2>&1 | tee -a "$log"
+step "done"
+exit 0
+fi
 device_start 500
 [ "$mode" = decode ] || { echo "unknown mode $mode"; exit 2; }
 step "pytest (GPU): decode split rules and kernel (subset)"

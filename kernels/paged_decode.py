@@ -469,6 +469,7 @@ def choose_split(
     wave_fit: float = WAVE_FIT,
     one_wave: int = ONE_WAVE,
     lengths: Sequence[int] | None = None,
+    one_wave_slack: float = 0.0,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
 
@@ -478,13 +479,15 @@ def choose_split(
     With `cap_to_mean` (and the `batch` size) a split is also no longer than the batch's mean
     sequence (for a uniform batch that changes nothing). A batch of one sequence aims at no more
     than SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM. `wave_fit` > 0 (and the batch size):
-    see RESIDENT_PROGRAMS_PER_SM; `one_wave` > 0 with `lengths`: see ONE_WAVE.
+    see RESIDENT_PROGRAMS_PER_SM; `one_wave` > 0 with `lengths`: see ONE_WAVE (with
+    `one_wave_slack` > 0 only where its longest split is within that factor of a balanced share,
+    wave_fit's test on the real lengths).
     """
     if one_wave > 0 and lengths is not None and len(lengths) > 1:
-        tokens = _one_wave_split(
-            lengths, programs_per_seq, one_wave * num_sms, block_n, min_split_tokens
-        )
-        if tokens:
+        slots = one_wave * num_sms
+        tokens = _one_wave_split(lengths, programs_per_seq, slots, block_n, min_split_tokens)
+        balanced = total_tokens * programs_per_seq / slots
+        if tokens and (one_wave_slack <= 0 or tokens <= one_wave_slack * balanced):
             return (
                 (1, max_seq_len) if tokens >= max_seq_len else (-(-max_seq_len // tokens), tokens)
             )
@@ -830,6 +833,7 @@ def prepare_decode(
     wave_fit: float = WAVE_FIT,
     one_wave: int = ONE_WAVE,
     lengths: Sequence[int] | None = None,
+    one_wave_slack: float = 0.0,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -936,6 +940,7 @@ def prepare_decode(
             wave_fit,
             one_wave,
             lengths,
+            one_wave_slack,
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")

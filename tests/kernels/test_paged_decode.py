@@ -298,6 +298,21 @@ def test_one_wave_split_is_the_shortest_that_fits(lens, heads, resident):
         assert programs(tokens - 64) > slots
 
 
+def test_one_wave_slack_keeps_only_near_balanced_waves():
+    # With one_wave_slack the one-wave split is taken only where its longest program is within
+    # that factor of a balanced share: 16 x U(2K-8K) (1,472 vs 1,265 tokens) takes it, 64 x
+    # U(1K-8K) (8,000 vs 4,687) keeps the default rule's 7 splits of 1,216.
+    import numpy as np
+
+    for n, lo, hi, seed, want in ((16, 2048, 8192, 1, (6, 1472)), (64, 1024, 8192, 2, (7, 1216))):
+        lens = np.random.default_rng(seed).integers(lo, hi, size=n, endpoint=True).tolist()
+        args = (sum(lens), max(lens), 8, 132, 64)
+        got = choose_split(*args, batch=n, one_wave=4, lengths=lens, one_wave_slack=1.3)
+        assert got == want
+        if want[0] == 7:
+            assert got == choose_split(*args, batch=n)
+
+
 def test_wave_fit_through_the_launcher(monkeypatch):
     # On a pretend 1-SM device (4 resident programs): two 1,000-token sequences x 2 KV heads
     # take one wave of unsplit programs with wave_fit (4 splits of 256 without); a ragged pair
