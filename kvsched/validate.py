@@ -384,6 +384,7 @@ def step_errors(run: EngineRun, latency: LatencyModel, replayed: ReplayedSteps) 
 
 OVERHEAD_TERMS = (
     "device_time_scale",
+    "decode_kv_overhead_s",
     "step_overhead_s",
     "prefill_step_overhead_s",
     "token_overhead_s",
@@ -409,7 +410,8 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
     `overhead_samples`, pooled; the terms of sim.latency.base.StepOverhead), the device part and
     the host part each on its own clock.
 
-    Device: the scale is the decode-only steps' GPU time over their priced kernels; steps with a
+    Device: the scale and a cost per decode context token (`_fit_decode_device`) from the
+    decode-only steps' GPU time over their priced kernels; steps with a
     prefill chunk give, from their GPU time, the cost per prefill token, an extra and the two
     floors (graphed steps of at most `gpu.mixed_graph_max_tokens` tokens; larger ones, launched
     whole), on a grid with the least absolute error.
@@ -426,9 +428,13 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
     # the serving machine's device time over the calibration's (and the decode step's unpriced
     # device work: sampling, the graph's input copies); 1 without GPU times
     usable = ~prefill & (pooled["gpu_s"] > 0) & (pooled["priced"] > 0)
-    ratios = pooled["gpu_s"][usable] / pooled["priced"][usable]
-    scale = float(np.median(ratios)) if usable.any() else 1.0
-    priced = pooled["priced"] * scale
+    scale, per_kv = 1.0, 0.0
+    if usable.any():
+        ratios = pooled["gpu_s"][usable] / pooled["priced"][usable]
+        scale, per_kv = _fit_decode_device(
+            ratios, pooled["decode_kv"][usable] / pooled["priced"][usable]
+        )
+    priced = pooled["priced"] * scale + per_kv * pooled["decode_kv"]
     device = np.where(pooled["gpu_s"] > 0, pooled["gpu_s"], priced)
     host = _host_part(pooled, priced)
     overhead, per_decode = 0.0, 0.0
@@ -436,6 +442,7 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
         overhead, per_decode = _fit_nonneg_lad([pooled["num_decode"][~prefill]], host[~prefill])
     terms = dict.fromkeys(OVERHEAD_TERMS, 0.0) | {
         "device_time_scale": scale,
+        "decode_kv_overhead_s": per_kv,
         "step_overhead_s": overhead,
         "decode_overhead_s": per_decode,
     }
@@ -464,6 +471,17 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
 
 # What a step with a prefill chunk's host time is fitted on (steps.csv columns)
 HOST_FEATURES = ("num_decode", "num_prefill", "prefill_ctx_sum", "prefill_tokens")
+
+
+def _fit_decode_device(ratios: np.ndarray, kv_per_priced: np.ndarray) -> tuple[float, float]:
+    """(device time scale, device time per decode KV token) of decode-only steps, from their
+    GPU time over their priced kernels (`ratios`) and their decode context tokens over the same
+    price: ratio = scale + per_kv * kv / priced, least absolute error, per_kv >= 0. Without a
+    positive per-token term the scale is the ratios' median."""
+    scale, per_kv = _fit_nonneg_lad([kv_per_priced], ratios)
+    if per_kv <= 0.0:
+        return float(np.median(ratios)), 0.0
+    return scale, per_kv
 
 
 def _host_part(sample: dict[str, np.ndarray], priced: np.ndarray) -> np.ndarray:
@@ -505,6 +523,7 @@ def overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.nd
             <= run.cfg.gpu.mixed_graph_max_tokens
         ),
         "gaps": (cycle - own)[busy],
+        "decode_kv": steps.decode_ctx_sum.to_numpy(dtype=np.float64),
         **{c: steps[c].to_numpy(dtype=np.float64) for c in HOST_FEATURES},
     }
 

@@ -62,7 +62,9 @@ class StepOverhead:
     run (`kvsched validate`), in two parts the engine clocks separately.
 
     Device (the GPU clock): the priced kernels run `gpu.device_time_scale` times as long on the
-    serving machine as on the calibration machine; a step with a prefill chunk adds its
+    serving machine as on the calibration machine, plus `gpu.decode_kv_overhead_s` per token of
+    the decodes' contexts (the decode table times attention alone; inside a whole step the same
+    reads cost more per KV byte); a step with a prefill chunk adds its
     elementwise work per prefill token (norms, rotary, activations), `gpu.token_overhead_s`, and
     cannot take less than a floor, `gpu.mixed_step_floor_s` (an engine that launches attention
     from the host layer by layer cannot finish a small mixed step faster than it issues it), or
@@ -78,8 +80,9 @@ class StepOverhead:
     (`gpu.context_overhead_s`: block-table rows, the prefix match, the prefill plan) and per
     prefill token (`gpu.host_token_overhead_s`: gathering ids, hashing the chunk's pages).
 
-        device = inner * scale                                   (decode-only step)
-               = max(inner * scale + per_token * prefill_tokens, floor)   (a chunk in it)
+        kernels = inner * scale + per_kv * decode_context_tokens
+        device = kernels                                         (decode-only step)
+               = max(kernels + per_token * prefill_tokens, floor)         (a chunk in it)
         host   = overhead + per_decode * decodes
                  + (extra + mixed_decode * decodes + per_chunk * chunks
                     + per_context * context_tokens + host_token * prefill_tokens if a chunk)
@@ -91,10 +94,16 @@ class StepOverhead:
         self.name = f"{inner.name}+overhead({terms.describe()})"
 
     def _with_terms(
-        self, inner_s: float, prefill_tokens: int, num_decode: int, chunks: int, context: int
+        self,
+        inner_s: float,
+        prefill_tokens: int,
+        num_decode: int,
+        chunks: int,
+        context: int,
+        decode_ctx: int,
     ) -> float:
         t = self.terms
-        device = inner_s * t.device_scale
+        device = inner_s * t.device_scale + t.per_kv_s * decode_ctx
         if prefill_tokens:
             graphed = prefill_tokens + num_decode <= self.graph_max_tokens
             floor = t.mixed_floor_s if graphed else t.eager_floor_s
@@ -108,6 +117,7 @@ class StepOverhead:
             int(plan.decode_ctx.shape[0]),
             int(plan.prefill_new.shape[0]),
             int(plan.prefill_ctx.sum()),
+            int(plan.decode_ctx.sum()),
         )
 
     def shape_time_s(self, shape: StepShape) -> float:
@@ -117,6 +127,7 @@ class StepOverhead:
             shape.num_decode,
             len(shape.prefill_new),
             sum(shape.prefill_ctx),
+            shape.decode_ctx_sum,
         )
 
     def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
@@ -125,7 +136,7 @@ class StepOverhead:
     def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
         t = self.terms  # no prefill: _with_terms' device and host parts without the chunk terms
         inner = self.inner.decode_steps_s(num_decode, ctx_sums)
-        return inner * t.device_scale + t.host_s(num_decode)
+        return inner * t.device_scale + t.per_kv_s * ctx_sums + t.host_s(num_decode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +154,7 @@ class OverheadTerms:
     per_context_s: float = 0.0  # context_overhead_s
     host_token_s: float = 0.0  # host_token_overhead_s
     device_scale: float = 1.0  # device_time_scale
+    per_kv_s: float = 0.0  # decode_kv_overhead_s
 
     def host_s(
         self, num_decode: int, chunks: int = 0, context: int = 0, prefill_tokens: int = 0
@@ -173,6 +185,7 @@ class OverheadTerms:
             (self.host_token_s, 1e9, "ns/prefill token on the host"),
             (self.mixed_floor_s, 1e3, "ms mixed-step floor"),
             (self.eager_floor_s, 1e3, "ms eager-step floor"),
+            (self.per_kv_s, 1e9, "ns/decode KV token on the device"),
         ]
         parts += [f"{v * unit:.3g} {label}" for v, unit, label in optional if v]
         if self.device_scale != 1.0:

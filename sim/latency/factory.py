@@ -49,4 +49,5 @@ def overhead_terms(gpu: GpuConfig) -> OverheadTerms:
         per_context_s=gpu.context_overhead_s,
         host_token_s=gpu.host_token_overhead_s,
         device_scale=gpu.device_time_scale,
+        per_kv_s=gpu.decode_kv_overhead_s,
     )

@@ -233,6 +233,24 @@ def test_the_host_fit_recovers_known_terms_and_drops_a_negative_one():
     assert per_decode > 0 and fixed > 0
 
 
+def test_decode_device_fit_finds_a_scale_and_a_cost_per_kv_token():
+    """Decode-only steps' GPU time = scale x priced + per KV token x context tokens: both
+    recovered; a per-token term that comes out negative is not a cost (the scale is then the
+    ratios' median, as without the term)."""
+    from kvsched.validate import _fit_decode_device
+
+    rng = np.random.default_rng(2)
+    priced = rng.uniform(0.005, 0.03, 3000)
+    kv = rng.integers(1_000, 300_000, 3000).astype(float)
+    gpu = 1.04 * priced + 1.5e-9 * kv
+    gpu[rng.random(3000) < 0.05] *= 1.3  # a slow tail
+    scale, per_kv = _fit_decode_device(gpu / priced, kv / priced)
+    assert scale == pytest.approx(1.04, rel=1e-4)
+    assert per_kv == pytest.approx(1.5e-9, rel=1e-3)
+    faster = (1.06 * priced - 5e-9 * kv) / priced  # more context, less time: no such cost
+    assert _fit_decode_device(faster, kv / priced) == (float(np.median(faster)), 0.0)
+
+
 def test_probes_pooled_in_either_order_and_of_another_engine_refused(tmp_path):
     """--overhead-from takes several probes (their steps pooled: the same terms in either order,
     to rounding; a probe and its copy, the probe's own terms); a probe of another TP, the run

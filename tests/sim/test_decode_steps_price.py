@@ -35,6 +35,7 @@ def _models():
                 per_chunk_s=1e-4,
                 per_context_s=1.1e-7,
                 device_scale=1.03,
+                per_kv_s=1.47e-9,
             ),
         ),
     ]

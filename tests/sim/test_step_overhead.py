@@ -67,3 +67,23 @@ def test_host_terms_add_per_decode_chunk_and_context_token_after_the_floor():
     assert priced.step_time_s(decodes_only) == pytest.approx(
         plain.step_time_s(decodes_only) * 1.5 + decode_host
     )
+
+
+def test_decode_kv_term_adds_device_time_per_decode_context_token_before_the_floor():
+    """`gpu.decode_kv_overhead_s`: device seconds per token of the decodes' contexts, after the
+    scale and, in a step with a chunk, under the floor with the rest of the device part."""
+    base = parse_config({})
+    plain = make_latency_model(base.model, base.gpu, base.node.tp)
+    terms = {"device_time_scale": 1.25, "decode_kv_overhead_s": 2e-9}
+    cfg = parse_config({"gpu": {"preset": "h200", **terms, "mixed_step_floor_s": 0.5}})
+    priced = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+    decodes = StepPlan(
+        prefill_new=np.array([], dtype=np.int64),
+        prefill_ctx=np.array([], dtype=np.int64),
+        decode_ctx=np.array([1000, 3000]),
+    )
+    assert priced.step_time_s(decodes) == pytest.approx(
+        plain.step_time_s(decodes) * 1.25 + 4000 * 2e-9
+    )
+    assert priced.step_time_s(_plan()) == pytest.approx(0.5)  # a small mixed step: the floor
+    assert "2 ns/decode KV token on the device" in priced.name
