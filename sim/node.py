@@ -97,15 +97,17 @@ class Node(SchedulerQueues):
         by_sum = getattr(executor, "prices_decode_by_sum", None)
         self._span_chunked = by_sum is not None and by_sum()
         self._span_todo = 0  # steps the span may run past those priced so far
-        # Steps of a span are numbered from the one whose end started it (0). Step i >= 1 costs
-        # _span_prices[i - 1] and ends at _span_times[i]. The clock holds the span as one entry
+        # Steps of a span are numbered from 1, the batch decode planned when it started (at
+        # _span_times[0]; step 0 ended then or before). Step i >= 1 costs _span_prices[i - 1]
+        # and ends at _span_times[i], where it is applied and planned again (the pair i,
+        # applied late, by `_sync`). The clock holds the span as one entry
         # (sim/clock.py: Span) and calls the node back at its last end only; how many step ends
         # it passed meanwhile is read from the clock when asked (`_span_index`); cutting the
         # span short ends it with the step in flight.
         # A decode span is running (public: the router asks `sync_index` only of these nodes)
         self.in_span = False
         self._span_counted = 0  # step ends passed of which busy_s and num_steps count
-        self._span_applied = 1  # steps below this one are applied (the span's state is behind
+        self._span_applied = 1  # pairs below this one are applied (the span's state is behind
         # while _span_applied <= _span_index)
         self._span_prices: list[float] = []
         self._span_times: list[float] = []
@@ -285,6 +287,8 @@ class Node(SchedulerQueues):
                 if self._batch_decode:
                     seqs = self._batch_seqs = [seq for seq, _, _ in step.items]
                     self._decode_sum = sum([seq.num_computed for seq in seqs]) + len(seqs)
+                    if self._span_ok and self._start_span(step, now, step_s):
+                        return None  # its end is the span's first (sim/clock.py: Span)
             if self.exact_steps:
                 return self.env.timeout(step_s)
             self.env.park(now + step_s, self)  # type: ignore[attr-defined]
@@ -293,7 +297,8 @@ class Node(SchedulerQueues):
     def _repeat(self) -> bool:
         """The batch decode in flight ended: if the next step is the same batch decode (see
         Scheduler.can_repeat_decode), do what `_complete` and `_advance` would (same effects,
-        same order, same floats) without planning from scratch, and park it; else False."""
+        same order, same floats) without planning from scratch, and park it (or start a decode
+        span with it); else False."""
         assert self._in_flight is not None and self._decode_s is not None
         step, start, step_s = self._in_flight
         scheduler, seqs = self.scheduler, self._batch_seqs
@@ -304,42 +309,44 @@ class Node(SchedulerQueues):
         self.num_steps += 1
         if self.on_step is not None:
             self.on_step(self.node_id, start, step_s, step)
-        if self._span_ok and self._start_span(step, now):  # applied later (_sync)
-            step_s = self._span_prices[0]
-            self._decode_sum += len(seqs)
-            self._in_flight = (step, now, step_s)
-            return True
         scheduler.repeat_decode(seqs, now)
         self._decode_sum += len(seqs)
         step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
         self._in_flight = (step, now, step_s)
+        if self._span_ok and self._start_span(step, now, step_s):
+            return True
         self.env.park(now + step_s, self)  # type: ignore[attr-defined]
         return True
 
-    def _start_span(self, step: Step, now: float) -> bool:
-        """Start a decode span at this step end if the batch may run two or more steps as one
-        (Scheduler.decode_span) and the executor prices them from their sums: this step is
-        applied and the next planned later, and so on for the span's steps."""
-        seqs = self._batch_seqs
-        span = self.scheduler.decode_span(seqs)
-        if span < 2:
+    def _start_span(self, step: Step, now: float, step_s: float) -> bool:
+        """The batch decode `step` was just planned (it runs from `now` for `step_s`): start a
+        decode span with it if, at its end, the same batch would repeat (`_repeat`) one or more
+        times with nothing but the node changing (Scheduler.decode_span) and the executor
+        prices those steps from their sums. The step is the span's step 1: its end and the
+        repeats' are passed quietly, applied later (`_sync`), as the steps ending then would be.
+        Read now, the checks read what they would at its end: nothing but a step's end changes
+        the batch, and new work from outside cuts the span (`submit`)."""
+        seqs, scheduler = self._batch_seqs, self.scheduler
+        repeats = scheduler.decode_span(seqs)  # (apply, plan again) pairs from this step's end
+        if repeats < 1 or step_s <= 0.0 or not scheduler.can_repeat_decode(seqs):
             return False
-        size = len(seqs)
-        first = self._decode_sum + size
-        priced = min(span, SPAN_CHUNK) if self._span_chunked else span
-        sums = range(first, first + size * priced, size)  # steps 1 .. priced
+        size, first = len(seqs), self._decode_sum  # step 1's context sum
+        steps = repeats + 1  # step 1 and one planned by each repeat
+        priced = min(steps, SPAN_CHUNK) if self._span_chunked else steps
+        sums = range(first + size, first + size * priced, size)  # steps 2 .. priced
         prices = self._span_prices_of(step, sums)  # type: ignore[misc]
         if prices is None or min(prices) <= 0.0:  # the clock needs the span's ends in order
             return False
-        self._span_prices = prices
-        self._span_todo = span - priced
+        prices = self._span_prices = [step_s, *prices]
+        self._span_todo = steps - priced
         self._span_keys = None
         # Each end is the previous one plus its price, as the clock would park them one by one.
         times = self._span_times = list(accumulate(prices, initial=now))
         self._span = self.env.start_span(self, times)  # type: ignore[attr-defined]
         self._span_first_sum = first
         self.in_span = True
-        self._span_counted = self._span_applied = 0
+        self._span_counted = 0
+        self._span_applied = 1  # pair 0 (step 0's end, before the span) planned step 1
         return True
 
     def _extend_span(self) -> bool:
