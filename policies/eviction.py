@@ -26,6 +26,9 @@ class LRU:
     """Least recently used first (last hit, or last read by a request that used it)."""
 
     Params = NoParams
+    # time alone never changes a priority, nor do a cached page's statistics: the cache queues
+    # its next victims in order (sim/kv/victim_queue.py)
+    time_invariant = True
 
     def __init__(self, params: NoParams):
         pass
@@ -42,6 +45,9 @@ class LFU:
     """Least frequently used first (requests that used the page since it was cached)."""
 
     Params = NoParams
+    # time alone never changes a priority, nor do a cached page's statistics: the cache queues
+    # its next victims in order (sim/kv/victim_queue.py)
+    time_invariant = True
 
     def __init__(self, params: NoParams):
         pass
@@ -58,6 +64,9 @@ class FIFO:
     """Oldest cached first, however often it is used."""
 
     Params = NoParams
+    # time alone never changes a priority, nor do a cached page's statistics: the cache queues
+    # its next victims in order (sim/kv/victim_queue.py)
+    time_invariant = True
 
     def __init__(self, params: NoParams):
         pass

@@ -24,6 +24,7 @@ from sim.kv.prefix_index import TwoLevelIndex
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.radix_index import RadixIndex
 from sim.kv.shortlist import DriftBoundedEviction, Shortlist, below
+from sim.kv.victim_queue import VictimQueue
 from sim.kv.views import PageStats, Segment
 
 
@@ -96,6 +97,13 @@ class PagedKVCache:
         self._shortlist = (
             Shortlist(eviction)
             if isinstance(eviction, DriftBoundedEviction) and self._floor is not None
+            else None
+        )
+        # A policy whose priorities time does not move (lru, lfu, fifo) keeps its next victims
+        # queued in order instead (sim/kv/victim_queue.py)
+        self._queue = (
+            VictimQueue()
+            if self._shortlist is None and getattr(eviction, "time_invariant", False)
             else None
         )
         self.admission = admission
@@ -259,6 +267,8 @@ class PagedKVCache:
         self.index.prefix.on_released(pages, zero)  # a round may score them now
         if self._shortlist is not None:
             self._shortlist.on_cached(zero)
+        if self._queue is not None:
+            self._queue.on_cached(zero)
 
     def end_epoch(self, now: float) -> int:
         return self.pool.end_epoch(now)
@@ -337,6 +347,8 @@ class PagedKVCache:
         while freed < target:
             victims = self._shortlisted_victims(target - freed, now)
             if victims is None:
+                victims = self._queued_victims(target - freed, now)
+            if victims is None:
                 victims = self._ranked_victims(target - freed, now)
             if victims.size == 0:
                 return
@@ -354,6 +366,8 @@ class PagedKVCache:
         k = min(candidates.size, want)
         if k == 0:
             return candidates
+        if self._queue is not None:
+            return self._queue_ranked(candidates, k, now, zone)
         shortlist = self._shortlist
         m = k if shortlist is None else min(candidates.size, k + shortlist.reserve)
         pages, priority = self._lowest(candidates, m, now)
@@ -366,6 +380,68 @@ class PagedKVCache:
                 floor = self._lowest_floor(candidates[outside[candidates]])
             shortlist.restart(pages, priority, bound, floor, now, self._cached_unsafe(now), zone)
         return self._pick(pages, priority, k)
+
+    def _queue_ranked(
+        self, candidates: np.ndarray, k: int, now: float, zone: np.ndarray
+    ) -> np.ndarray:
+        """A full round that queues the `reserve` next lowest pages, in order, behind its k
+        victims (sim/kv/victim_queue.py)."""
+        queue = self._queue
+        assert queue is not None
+        pages, priority = self._lowest(candidates, min(candidates.size, k + queue.reserve), now)
+        if np.isnan(priority).any():  # no order holds: ranked as without a queue
+            queue.pages = None
+            return self._pick(pages, priority, k)
+        depth = self.index.depth[pages]
+        order = np.lexsort((pages, -depth, priority))  # the eviction order, as `_pick`'s
+        pages, priority, depth = pages[order], priority[order], depth[order]
+        top = float(priority[-1]) if pages.size < candidates.size else np.inf
+        queue.restart(pages, priority, depth, top, self._cached_unsafe(now), zone)
+        queue.head = k
+        return pages[:k]
+
+    def _queued_victims(self, want: int, now: float) -> np.ndarray | None:
+        """The `want` next pages of the queue still there as ranked, when no page released
+        since may come before them (None: a full round must decide)."""
+        queue = self._queue
+        if queue is None or queue.pages is None:
+            return None
+        zone = self.protected_pages()
+        fresh = self._once_each(queue.take_fresh(zone))
+        if fresh.size:
+            evictable, unsafe = self._evictable(fresh, zone, now)
+            joined = fresh[evictable]
+            if joined.size and not (self._priority(joined, now) > queue.top).all():
+                queue.pages = None  # it may come before a queued page: rank them all
+                return None
+            queue.waiting = fresh[unsafe]  # (scoring above `top` once evictable, or not)
+        size = 2 * want + 64
+        while True:
+            pages, priority, depth = queue.window(size)
+            at = np.flatnonzero(self._still_ranked(pages, priority, depth, zone, now))
+            if at.size >= want:
+                queue.head += int(at[want - 1]) + 1  # the pages skipped are gone for good
+                return pages[at[:want]]
+            if pages.size < size:  # the queue ran out
+                queue.pages = None
+                return None
+            size *= 4
+
+    def _still_ranked(
+        self,
+        pages: np.ndarray,
+        priority: np.ndarray,
+        depth: np.ndarray,
+        zone: np.ndarray,
+        now: float,
+    ) -> np.ndarray:
+        """bool per queued page: evictable now with the priority and depth it was ranked with
+        (if not, it is gone from the queue for good: a page held again or evicted comes back
+        only when released, with the pages that joined, as does a page out of the zone)."""
+        ranked, _ = self._evictable(pages, zone, now)
+        ranked &= self._priority(pages, now) == priority
+        ranked &= self.index.depth[pages] == depth
+        return ranked
 
     def _lowest_floor(self, pages: np.ndarray) -> float:
         """The lowest priority floor among these pages (-inf: the policy gives none)."""

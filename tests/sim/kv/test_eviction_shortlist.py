@@ -39,6 +39,7 @@ def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, res
     )
     # (lru, lfu and fifo rank every page each round: they can carry a shortlist all the same)
     cache._shortlist = Shortlist(cache.eviction, reserve)
+    cache._queue = None  # (lru, lfu and fifo queue their victims otherwise)
     return cache
 
 

@@ -1,0 +1,75 @@
+"""Eviction rounds that take their victims from the queue of a full round (lru, lfu, fifo:
+priorities time does not move) evict the same pages, in the same order, as ranking every
+candidate each round (hypothesis: random prefix trees, hits, idles, batch sizes, protected zone,
+epochs with a race window, queues of a few pages)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.admission import Always, NoParams
+from sim.kv.paged_cache import PagedKVCache
+from sim.kv.protected_zone import ProtectedZone
+from sim.kv.victim_queue import VictimQueue
+from tests.helpers import assert_same_cache_state
+from tests.sim.kv.test_eviction_shortlist import PAGE, POLICIES, replay
+
+QUEUED = ("fifo", "lfu", "lru")
+
+
+def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, reserve: int):
+    cache = PagedKVCache(
+        num_pages,
+        PAGE,
+        PAGE * 100,
+        eviction=POLICIES[policy](),
+        admission=Always(NoParams()),
+        eviction_batch_pages=batch,
+        epoch_reclaim=race_s >= 0,
+        race_window_s=max(race_s, 0.0),
+        protected=ProtectedZone(num_pages, 0.5, 4, num_pages // 4) if zone else None,
+    )
+    assert cache._queue is not None  # every time-invariant policy queues
+    cache._queue = VictimQueue(reserve)
+    return cache
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(QUEUED),
+    st.integers(0, 2**32 - 1),
+    st.integers(12, 60),
+    st.sampled_from([1, 3, 8]),
+    st.booleans(),
+    st.sampled_from([-1.0, 0.0, 0.3]),
+    st.sampled_from([0, 1, 4, 16]),
+)
+def test_queued_rounds_evict_what_the_full_ranking_evicts(
+    policy, seed, num_pages, batch, zone, race_s, reserve
+):
+    queued = make(policy, num_pages, batch, zone, race_s, reserve)
+    full = make(policy, num_pages, batch, zone, race_s, reserve)
+    full._queue = None  # the reference: every candidate ranked every round
+    assert replay(queued, seed, 60) == replay(full, seed, 60)
+    assert_same_cache_state(queued, full)
+
+
+def test_most_rounds_take_the_queue():
+    cache = make("lru", 40, 3, False, 0.0, 16)
+    rounds = {"full": 0, "queued": 0}
+    ranked, queued = cache._ranked_victims, cache._queued_victims
+
+    def count_ranked(want, now):
+        rounds["full"] += 1
+        return ranked(want, now)
+
+    def count_queued(want, now):
+        victims = queued(want, now)
+        rounds["queued"] += victims is not None
+        return victims
+
+    cache._ranked_victims = count_ranked  # type: ignore[method-assign]
+    cache._queued_victims = count_queued  # type: ignore[method-assign]
+    replay(cache, 3, 200)
+    assert rounds["queued"] > rounds["full"] > 0
