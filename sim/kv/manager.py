@@ -239,12 +239,12 @@ class PagedKV:
         Called before the requests' num_computed counts these steps. The pool and the prefix
         index share no state, so the pages taken and the pages indexed are each replayed in
         their own order (step by step, batch order within a step), at their own step's end."""
-        d, size = len(ends), self.page_size
+        d, size, batch = len(ends), self.page_size, len(seqs)
         pool = self.cache.pool
         pool.end_epochs(ends)
-        self.live_tokens += d * len(seqs)
+        self.live_tokens += d * batch
         last = ends[-1]
-        allocs: list[tuple[int, int]] = []  # (pair, batch position) of each new page
+        allocs: list[int] = []  # pair * batch + batch position of each new page (sorts as both)
         stores: list[tuple[int, int, int]] = []  # (pair, batch position, full pages after it)
         index = self.cache.prefix_cache
         for b, seq in enumerate(seqs):
@@ -259,18 +259,24 @@ class PagedKV:
                 else:
                     seq.stored_pages = full
             want = computed + 1
-            for q in range(len(seq.pages), -(-want // size)):
-                allocs.append((q * size - c - 1, b))  # page q is first needed by pair q*P - c - 1
+            # page q is first needed by pair q * size - c - 1
+            first = (len(seq.pages) * size - c - 1) * batch + b
+            allocs.extend(range(first, (-(-want // size) * size - c - 1) * batch, size * batch))
             if want > seq.kv_tokens:
                 self.held_tokens += want - seq.kv_tokens
                 seq.kv_tokens = want
         if allocs:
             allocs.sort()
-            pages, unsafe = pool.allocate_at([ends[m] for m, _ in allocs])
-            for (_, b), page, bad in zip(allocs, pages, unsafe, strict=True):
-                seq = seqs[b]
-                seq.pages.append(page)
-                seq.use_after_free += bad
+            if ends[allocs[0] // batch] >= pool.read_until_max:  # no old reader runs: no test
+                appends = [seq.pages.append for seq in seqs]
+                for key, page in zip(allocs, pool.take(len(allocs)), strict=True):
+                    appends[key % batch](page)
+            else:
+                pages, unsafe = pool.allocate_at([ends[key // batch] for key in allocs])
+                for key, page, bad in zip(allocs, pages, unsafe, strict=True):
+                    seq = seqs[key % batch]
+                    seq.pages.append(page)
+                    seq.use_after_free += bad
             self.slot_tokens += len(allocs) * size
         if stores:
             stores.sort()

@@ -86,7 +86,7 @@ class PagePool:
         self.use_after_free = 0
         # An upper bound of read_until_s (the latest any page is read): a page handed out at or
         # after it cannot be a use-after-free, so allocations skip the per-page check.
-        self._read_until_max = -np.inf
+        self.read_until_max = -np.inf
 
     # -- queries ---------------------------------------------------------------------------
     def free_pages(self) -> np.ndarray:
@@ -116,7 +116,7 @@ class PagePool:
         pages = self._ring_slice(self._head, n)
         self._head = (self._head + n) % self.num_pages
         self.num_free -= n
-        if now < self._read_until_max:
+        if now < self.read_until_max:
             self.use_after_free += int(np.count_nonzero(self.read_until_s[pages] > now))
         self.ref_count[pages] = 1
         self.state[pages] = USED
@@ -128,23 +128,30 @@ class PagePool:
         whether a reader of its old owner still ran (use-after-free). A decode span's sync takes
         a few pages: scalar reads and writes then, one numpy pass for many (the same result)."""
         n = len(nows)
-        assert n <= self.num_free, "allocate_at() without enough free pages"
+        pages = self.take(n)
+        if n and min(nows) < self.read_until_max:  # else no page can be unsafe
+            read_until = self.read_until_s
+            if n > ALLOCATE_AT_SCALAR_MAX:
+                unsafe = (read_until[np.asarray(pages)] > np.array(nows)).tolist()
+            else:
+                unsafe = [bool(read_until[p] > now) for p, now in zip(pages, nows, strict=True)]
+            self.use_after_free += sum(unsafe)
+        else:
+            unsafe = [False] * n
+        return pages, unsafe
+
+    def take(self, n: int) -> list[int]:
+        """The n oldest free pages, each with one reference, without the use-after-free test:
+        `allocate_at` with it, or at or after `read_until_max` (no old reader still runs)."""
+        assert n <= self.num_free, "take() without enough free pages"
         head, num_pages = self._head, self.num_pages
-        checked = n and min(nows) < self._read_until_max  # else no page can be unsafe
         if n > ALLOCATE_AT_SCALAR_MAX:
             arr = self._ring_slice(head, n)
-            unsafe = (self.read_until_s[arr] > np.array(nows)).tolist() if checked else [False] * n
             self.ref_count[arr] = 1
             self.state[arr] = USED
             pages = page_ids(arr)
         else:
-            ring, read_until, ref_count, state = (
-                self._ring,
-                self.read_until_s,
-                self.ref_count,
-                self.state,
-            )
-            ids = _PAGE_IDS
+            ids, ring, ref_count, state = _PAGE_IDS, self._ring, self.ref_count, self.state
             if head + n <= num_pages:  # no wrap: one read of the ring
                 pages = [ids[p] for p in ring[head : head + n].tolist()]
             else:
@@ -152,15 +159,10 @@ class PagePool:
             for page in pages:
                 ref_count[page] = 1
                 state[page] = USED
-            if checked:
-                unsafe = [bool(read_until[p] > now) for p, now in zip(pages, nows, strict=True)]
-            else:
-                unsafe = [False] * n
         self._head = (head + n) % num_pages
         self.num_free -= n
-        self.use_after_free += sum(unsafe)
         self.num_used += n
-        return pages, unsafe
+        return pages
 
     def ref_many(self, pages: list[int]) -> None:
         """Add a reference to each of `pages` (distinct, USED or CACHED): a cache hit."""
@@ -189,8 +191,8 @@ class PagePool:
         if last_read_s > -np.inf:
             until = last_read_s + self.race_window_s
             self.read_until_s[arr] = np.maximum(self.read_until_s[arr], until)
-            if until > self._read_until_max:
-                self._read_until_max = until
+            if until > self.read_until_max:
+                self.read_until_max = until
         zero = arr[counts == 0]
         if zero.size:
             self.num_used -= int(zero.size)
