@@ -571,9 +571,14 @@ def decode_splits(
     min_split_tokens: int = MIN_SPLIT_TOKENS,
     cap_to_mean: bool = CAP_TO_MEAN,
     wave_fit: float = WAVE_FIT,
+    one_wave: int = ONE_WAVE,
+    lengths: Sequence[int] | None = None,
+    one_wave_slack: float = 0.0,
 ) -> tuple[int, int]:
     """(num_splits, tokens_per_split) the grouped decode launcher picks for this batch: what a
-    caller of the device-split mode writes into its `split_tensor`."""
+    caller of the device-split mode writes into its `split_tensor`. The one-wave rule (opt-in,
+    with the host's `lengths`) never splits more than the 16-per-SM rule, so decode_split_bound
+    bounds it too."""
     return choose_split(
         total_tokens,
         max_seq_len,
@@ -585,6 +590,9 @@ def decode_splits(
         cap_to_mean,
         batch,
         wave_fit,
+        one_wave,
+        lengths,
+        one_wave_slack,
     )
 
 

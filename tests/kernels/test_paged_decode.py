@@ -288,6 +288,8 @@ def test_one_wave_split_is_the_shortest_that_fits(lens, heads, resident):
         return
     splits, tokens = got
     assert splits == -(-m // tokens)
+    # Never more splits than the 16-per-SM rule: decode_split_bound bounds it too.
+    assert splits <= choose_split(n, m, heads, 132, 64, batch=b, wave_fit=0.0)[0]
 
     def programs(t: int) -> int:
         return heads * sum(-(-x // t) for x in lens)

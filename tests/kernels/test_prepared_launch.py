@@ -326,6 +326,15 @@ def test_decode_splits_and_their_bound():
                     assert decode_splits(batch, total, max_len, 8, "cpu")[0] <= bound
 
 
+def test_decode_splits_one_wave_is_the_launchers_and_bounded():
+    # With the host's lengths, decode_splits gives what prepare_decode picks, within the bound.
+    lens = [2300, 4100, 3000, 2048, 8000, 512] * 3
+    kw = dict(one_wave=4, lengths=lens, one_wave_slack=1.3)
+    n, tps = decode_splits(len(lens), sum(lens), max(lens), 8, "cpu", **kw)
+    assert (n, tps) == choose_split(sum(lens), max(lens), 8, 132, 64, batch=len(lens), **kw)
+    assert n <= decode_split_bound(len(lens), max(lens), 8, "cpu")
+
+
 def test_device_split_arguments_are_checked():
     g = torch.Generator(device=DEVICE).manual_seed(9)
     kv = make_paged_kv([20], 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
