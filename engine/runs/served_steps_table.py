@@ -1,7 +1,7 @@
 """Where the decode-only steps' device time goes, per run: the served steps timed alone on the
 H200 against their price and against the engine's own GPU clock in the run.
 
-    python engine/runs/served_steps_table.py [LOG_DIR]
+    python engine/runs/served_steps_table.py [--logs DIR] [--calibration FILE]
 
 LOG_DIR (default logs/2026-11-30_served_batches_r7/) holds `engine.check --only
 decode_step_served` (whole graphed decode steps, all layers) and `--only decode_served` (one
@@ -16,13 +16,16 @@ of each round-7 run), each step three ways: its own block tables on the pool's o
   term on);
 - rest alone / priced: the whole step less 32 such layers over the GEMM and LM-head prices;
 - whole alone / priced: the distinct-pages step over its whole price.
-Prices are the calibration's, device time scale 1.
+Prices are the calibration's, device time scale 1: `--calibration` the file the steps were timed
+against (default: the one in kernels/calibration/; the 2026-11-30 23:28 UTC timing ran the
+decode kernel of 942db55, priced by that commit's h200.json:
+`git show 942db55:kernels/calibration/h200.json > FILE`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,20 +43,25 @@ LAYOUTS = RUNS / "logs" / "2026-11-30_served_batches" / "layouts_round7_ids.json
 NONE = np.zeros(0, dtype=np.int64)
 
 
-def _models(run: str):
+def _models(run: str, calibration: Path | None):
     """The run's latency models, kernels only (device time scale 1, no overhead terms), with
     the ragged term on, without and with the shared page term; its layer count."""
-    cfg = load_engine_run(RUNS / run).cfg
+    cfg = load_engine_run(RUNS / "round7" / run).cfg
+    # an absolute path: sim.latency.calibrated joins it to kernels/calibration/ as itself
+    file = {"calibration": str(calibration.resolve())} if calibration else {}
     models = []
     for l2 in ("hbm", "l2"):
         terms = {"ragged_decode": "measured", "shared_page_reads": l2, "device_time_scale": 1.0}
+        terms |= file
         models.append(make_latency_model(cfg.model, cfg.gpu.model_copy(update=terms), 1))
     return models, cfg.model.num_layers
 
 
-def _rows(run: str, layouts: list[dict], steps: list[dict], layers: list[dict]) -> pd.DataFrame:
-    (hbm, l2), num_layers = _models(run)
-    gpu_s = load_engine_run(RUNS / run).steps.gpu_s.to_numpy()
+def _rows(
+    run: str, layouts: list[dict], steps: list[dict], layers: list[dict], calibration: Path | None
+) -> pd.DataFrame:
+    (hbm, l2), num_layers = _models(run, calibration)
+    gpu_s = load_engine_run(RUNS / "round7" / run).steps.gpu_s.to_numpy()
     rows = []
     for layout, step, layer in zip(layouts, steps, layers, strict=True):
         lens = np.asarray(layout["lens"], dtype=np.int64)
@@ -77,12 +85,15 @@ def _rows(run: str, layouts: list[dict], steps: list[dict], layers: list[dict]) 
 
 
 def main() -> None:
-    logs = Path(sys.argv[1]) if len(sys.argv) > 1 else LOGS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--logs", type=Path, default=LOGS)
+    ap.add_argument("--calibration", type=Path)
+    args = ap.parse_args()
     layouts = json.loads(LAYOUTS.read_text())
-    whole = json.loads((logs / "decode_step_served_r7.json").read_text())
-    layer = json.loads((logs / "decode_served_r7.json").read_text())
+    whole = json.loads((args.logs / "decode_step_served_r7.json").read_text())
+    layer = json.loads((args.logs / "decode_served_r7.json").read_text())
     table = {
-        run: _rows(run, layouts[run]["steps"], whole[run], layer[run]).median()
+        run: _rows(run, layouts[run]["steps"], whole[run], layer[run], args.calibration).median()
         for run in layouts
         if run in whole
     }
