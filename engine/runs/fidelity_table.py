@@ -86,7 +86,9 @@ def main() -> None:
                 print(repeat_row(path.parent.name, result["repeat"]))
     print(
         "\nhost time per step, median ms, measured / priced by the held-out terms "
-        "(validation_heldout.json):\n| run | decode-only step | step with a chunk |\n|---|---|---|"
+        "(validation_heldout.json; a chunk step's priced part includes the device fit's fixed "
+        "extra, which gpu.prefill_step_overhead_s holds with the host's):\n"
+        "| run | decode-only step | step with a chunk |\n|---|---|---|"
     )
     for path in sorted(RUNS.glob("*/validation_heldout.json")):
         print(host_row(path.parent.name, json.loads(path.read_text())))
