@@ -239,6 +239,7 @@ class Node(SchedulerQueues):
     def _serve(self, _event: simpy.Event | None = None) -> None:
         """Run the serve loop at the clock's time until it must wait, then wait (a callback on
         the event waited for: SimPy resumes it exactly where a process would resume)."""
+        planned = None  # the next step, when planned with the apply of the one that ended
         if self._in_flight is not None:  # the event was the end of the step in flight
             if self.in_span:
                 if self._span_todo and self._extend_span():
@@ -250,27 +251,34 @@ class Node(SchedulerQueues):
                 self._span = None
                 self._span_applied = 1
                 self._span_prices, self._span_times = [], []
-            if self._batch_decode and self._repeat():
-                return
-            self._complete()
-        wait = self._advance()
+            if self._batch_decode:
+                if self._repeat():
+                    return
+                planned = self._repeat_and_admit()
+            if planned is None:
+                self._complete()
+        wait = self._advance(planned)
         if wait is not None:
             wait.callbacks.append(self._serve)
 
     def step_ended(self) -> None:
         self._serve()
 
-    def _advance(self) -> simpy.Event | None:
-        """One pass of the serve loop: plan a step and start it, or fall idle. Returns the event
-        to wait for, or None when the step is parked on the clock's step queue."""
+    def _advance(self, planned: Step | None = None) -> simpy.Event | None:
+        """One pass of the serve loop: plan a step (unless `planned`) and start it, or fall idle.
+        Returns the event to wait for, or None when the step is parked on the clock's step
+        queue."""
         while True:
             now = self.env.now
-            if not self.scheduler.has_work():
+            if planned is not None:
+                step, planned = planned, None
+            elif not self.scheduler.has_work():
                 wait = self._idle()
                 if wait is None:
                     continue  # retired pages came back: try again now
                 return wait
-            step = self.scheduler.schedule(now)
+            else:
+                step = self.scheduler.schedule(now)
             for seq in step.rejected:
                 self.on_finish(seq)
             if step.crashed:
@@ -280,15 +288,17 @@ class Node(SchedulerQueues):
                 if wait is None:
                     continue
                 return wait
-            step_s = self.executor.run_step(self.node_id, step, now)
-            self._in_flight = (step, now, step_s)
-            if self._repeat_ok:
-                self._batch_decode = self.scheduler.is_batch_decode(step)
-                if self._batch_decode:
-                    seqs = self._batch_seqs = [seq for seq, _, _ in step.items]
-                    self._decode_sum = sum([seq.num_computed for seq in seqs]) + len(seqs)
-                    if self._span_ok and self._start_span(step, now, step_s):
-                        return None  # its end is the span's first (sim/clock.py: Span)
+            self._batch_decode = self._repeat_ok and self.scheduler.is_batch_decode(step)
+            if self._batch_decode:  # priced from its context sum (run_step's float)
+                seqs = self._batch_seqs = [seq for seq, _, _ in step.items]
+                self._decode_sum = sum([seq.num_computed for seq in seqs]) + len(seqs)
+                step_s = self._decode_s(self.node_id, step, self._decode_sum, now)  # type: ignore[misc]
+                self._in_flight = (step, now, step_s)
+                if self._span_ok and self._start_span(step, now, step_s):
+                    return None  # its end is the span's first (sim/clock.py: Span)
+            else:
+                step_s = self.executor.run_step(self.node_id, step, now)
+                self._in_flight = (step, now, step_s)
             if self.exact_steps:
                 return self.env.timeout(step_s)
             self.env.park(now + step_s, self)  # type: ignore[attr-defined]
@@ -317,6 +327,26 @@ class Node(SchedulerQueues):
             return True
         self.env.park(now + step_s, self)  # type: ignore[attr-defined]
         return True
+
+    def _repeat_and_admit(self) -> Step | None:
+        """The batch decode in flight ended and `_repeat` declined only because the next step
+        tries to admit the waiting head (new work cut the span): apply it and plan the same
+        decodes again in place (Scheduler.repeat_decode), then the admissions; returns the
+        step `_complete` then `schedule` would plan. None where more than that changes (a
+        request finishes, or a next token needs room): the general path."""
+        assert self._in_flight is not None
+        scheduler, seqs = self.scheduler, self._batch_seqs
+        if not scheduler.would_admit(len(seqs)) or not scheduler.decodes_fit(seqs):
+            return None
+        step, start, step_s = self._in_flight
+        self._in_flight = None
+        now = self.env.now
+        self.busy_s += step_s
+        self.num_steps += 1
+        if self.on_step is not None:
+            self.on_step(self.node_id, start, step_s, step)
+        scheduler.repeat_decode(seqs, now)
+        return scheduler.admit_after_decodes(seqs, now)
 
     def _start_span(self, step: Step, now: float, step_s: float) -> bool:
         """The batch decode `step` was just planned (it runs from `now` for `step_s`): start a

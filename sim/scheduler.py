@@ -210,16 +210,28 @@ class Scheduler:
         items = step.items
         if step.preempted or step.admitted or step.rejected or len(items) != len(self.running):
             return False
-        return not any(pre for _, _, pre in items)
+        return not any([pre for _, _, pre in items])
 
     def can_repeat_decode(self, seqs: list[Sequence]) -> bool:
         """For a batch decode (`is_batch_decode`) of `seqs` in flight: would `apply` then
         `schedule` plan the very same decode batch, with no request finishing, no admission
         attempt and every request's next token finding room without eviction or preemption?
         Reads only."""
-        size = len(seqs)
-        if self.waiting and size < self.cfg.max_num_batched_tokens and size < self.cfg.max_num_seqs:
-            return False  # the next schedule would try to admit the waiting head
+        return not self.would_admit(len(seqs)) and self.decodes_fit(seqs)
+
+    def would_admit(self, size: int) -> bool:
+        """Would the next `schedule`, after a batch decode of `size` requests, try to admit the
+        waiting head?"""
+        return (
+            bool(self.waiting)
+            and size < self.cfg.max_num_batched_tokens
+            and size < self.cfg.max_num_seqs
+        )
+
+    def decodes_fit(self, seqs: list[Sequence]) -> bool:
+        """For a batch decode of `seqs` in flight: would `apply` then `schedule` decode each of
+        them again, with no request finishing (or taking its first token) and every next token
+        finding room without eviction or preemption (admission aside)? Reads only."""
         room = self._room_for_next_decode
         if room is None:
             return False  # a KV manager without the check (cross-node placement)
@@ -249,6 +261,14 @@ class Scheduler:
             if not grow(seq, 1, now):
                 raise AssertionError("room_for_next_decode promised room")
         self.num_planned += 1
+
+    def admit_after_decodes(self, seqs: list[Sequence], now: float) -> Step:
+        """The rest of `schedule(now)` once `repeat_decode(seqs, now)` planned every running
+        request's decode (`decodes_fit`, and `would_admit`): the step, with the waiting
+        requests it admits (the same step as `apply` then `schedule`)."""
+        step = Step(items=[(seq, 1, False) for seq in seqs])
+        self._admit_waiting(step, self.cfg.max_num_batched_tokens - len(seqs), now)
+        return step
 
     def decode_span(self, seqs: list[Sequence]) -> int:
         """For a batch decode of `seqs` that `can_repeat_decode` accepted: how many repeats in a
