@@ -34,17 +34,24 @@
 #                 4. the chosen defaults' tests (prefill, prepared launches, cascade)
 #                 5. if chosen and step 4 passed: kernels.calibrate, every part but the NCCL
 #                    all-reduce, --fidelity 30 --fidelity-extra 12; prefill target rows
+# Session 9: the two near-identical modes' shared steps (knobs / pingpong) became the functions
+# below; checked on CPU with stubbed python3 / timeout / nvidia-smi / date that log every command,
+# argument, heredoc, test environment and step time: old and new scripts gave identical traces,
+# logs, output and exit codes for final / knobs / pingpong x nothing chosen / chosen x tests
+# passing / failing (no device run).
 mode=${1:-final}
 . "$(dirname "$0")/device_budget.sh"
-if [ "$mode" = knobs ]; then
-device_start 400
+# knobs and pingpong (calls 2-3) share their first part: the Gluon tests, the knob sweep and the
+# choice ($1 $2: the tests' step time and reserve in s; $3 $4: the sweep's). It sets LAUNCH,
+# KNOBS and SETK (the chosen module knobs, for python3 -c) and ends the call if nothing is chosen.
+gluon_knob_sweep_and_choice() {
 step "pytest (GPU): Gluon loops incl. loop 2 stages / lag and the persistent one"
-timeout "$(left 90 280)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+timeout "$(left "$1" "$2")" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
   -k "${S8_TESTS:-gluon}" 2>&1 | tail -n 15 | tee -a "$log"
 ok1=${PIPESTATUS[0]}
 echo "pytest exit $ok1" | tee -a "$log"
 step "sweep: loop 2 / persistent loop 2 over stages, lag, unit order"
-timeout "$(left 90 220)" python3 - "$OUT/sweep2.json" <<'PY' 2>&1 | tee -a "$log"
+timeout "$(left "$3" "$4")" python3 - "$OUT/sweep2.json" <<'PY' 2>&1 | tee -a "$log"
 import json, math, os, sys
 from kernels import gluon_prefill as gp
 from kernels.bench import environment
@@ -121,135 +128,52 @@ LAUNCH=$(python3 -c "import json; print(json.dumps(json.load(open('$OUT/chosen.j
 KNOBS=$(python3 -c "import json; print(json.dumps(json.load(open('$OUT/chosen.json'))['knobs']))")
 echo "chosen $LAUNCH knobs $KNOBS" | tee -a "$log"
 if [ "$LAUNCH" = "{}" ]; then step "nothing chosen: done"; exit 0; fi
+SETK="import json, sys; from kernels import gluon_prefill as gp; [setattr(gp, k, v) for k, v in json.loads('$KNOBS').items()]"
+}
+# The chosen defaults' tests: prefill, prepared launches, cascade ($1 $2); sets ok2.
+chosen_defaults_tests() {
 step "pytest (GPU): prefill / prepared / cascade tests with the chosen configs"
 KVSCHED_TEST_PREFILL_LAUNCH="$LAUNCH" KVSCHED_TEST_GLUON_KNOBS="$KNOBS" \
-  timeout "$(left 75 215)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+  timeout "$(left "$1" "$2")" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
   tests/kernels/test_prepared_launch.py tests/kernels/test_cascade_decode.py -k "not random and not gluon" \
   2>&1 | tail -n 15 | tee -a "$log"
 ok2=${PIPESTATUS[0]}
 echo "pytest exit $ok2" | tee -a "$log"
-if [ "$ok2" != 0 ]; then step "tests failed: no calibration"; exit 0; fi
-SETK="import json, sys; from kernels import gluon_prefill as gp; [setattr(gp, k, v) for k, v in json.loads('$KNOBS').items()]"
+}
+# Every part but the NCCL all-reduce, calibrated with the chosen configs ($1 $2).
+chosen_calibration() {
 step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12 (chosen configs)"
 cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-timeout "$(left 200 20)" python3 -c "$SETK
+timeout "$(left "$1" "$2")" python3 -c "$SETK
 from kernels.calibrate import main
 sys.exit(main(sys.argv[1:]))" --parts gemm,lm_head,decode,prefill,cascade \
   --prefill-launch-configs "$LAUNCH" --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" \
   --fidelity-out "$OUT/h200_fidelity.json" 2>&1 | tee -a "$log"
+}
+# The prefill target rows with the chosen configs ($1 $2).
+chosen_prefill_rows() {
 step "prefill target rows (chosen configs)"
-timeout "$(left 20 0)" python3 -c "$SETK
+timeout "$(left "$1" "$2")" python3 -c "$SETK
 from kernels.bench_prefill import main
 sys.exit(main(sys.argv[1:]))" --no-sdpa --suite prefill --launch-configs "$LAUNCH" \
   --out "$OUT/bench_prefill.json" 2>&1 | tee -a "$log"
+}
+if [ "$mode" = knobs ]; then
+device_start 400
+gluon_knob_sweep_and_choice 90 280 90 220
+chosen_defaults_tests 75 215
+if [ "$ok2" != 0 ]; then step "tests failed: no calibration"; exit 0; fi
+chosen_calibration 200 20
+chosen_prefill_rows 20 0
 step "done"
 exit 0
 fi
 if [ "$mode" = pingpong ]; then
 device_start 365
-step "pytest (GPU): Gluon loops incl. loop 2 stages / lag and the persistent one"
-timeout "$(left 45 305)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
-  -k "${S8_TESTS:-gluon}" 2>&1 | tail -n 15 | tee -a "$log"
-ok1=${PIPESTATUS[0]}
-echo "pytest exit $ok1" | tee -a "$log"
-step "sweep: loop 2 / persistent loop 2 over stages, lag, unit order"
-timeout "$(left 50 250)" python3 - "$OUT/sweep2.json" <<'PY' 2>&1 | tee -a "$log"
-import json, math, os, sys
-from kernels import gluon_prefill as gp
-from kernels.bench import environment
-from kernels.bench_prefill import time_prefill
-env = environment()
-print("#", env)
-SHAPES = {"tiles": [(0, 2048), (0, 4096), (0, 8192), (512, 2048), (8192, 2048), (32768, 2048), (8192, 8192)],
-          "split": [(32768, 16), (32768, 64), (8192, 16), (512, 64)]}
-CFG = {"tiles": {"block_n": 64, "lazy_rescale": True}, "split": {"block_n": 64, "lazy_rescale": True, "num_stages": 5}}
-CANDS = json.loads(os.environ["S8_CANDS"]) if os.environ.get("S8_CANDS") else [  # name, variant, knobs
-    ("loop2", 2, {"WS_MAX_STAGES": 4, "WS_READY_LAG": 1}),
-    ("loop2-ns5-lag2", 2, {"WS_MAX_STAGES": 5, "WS_READY_LAG": 2}),
-    ("loop2-ns6-lag3", 2, {"WS_MAX_STAGES": 6, "WS_READY_LAG": 3}),
-    ("loop2-ns6-lag2", 2, {"WS_MAX_STAGES": 6, "WS_READY_LAG": 2}),
-    ("pers-ns5-lag2-o1", 3, {"PS_MAX_STAGES": 5, "PS_READY_LAG": 2, "PS_ORDER": 1}),
-    ("pers-ns5-lag2-o0", 3, {"PS_MAX_STAGES": 5, "PS_READY_LAG": 2, "PS_ORDER": 0}),
-    ("pers-ns4-lag1-o1", 3, {"PS_MAX_STAGES": 4, "PS_READY_LAG": 1, "PS_ORDER": 1}),
-]
-DEFAULTS = {k: getattr(gp, k) for k in ("WS_MAX_STAGES", "WS_READY_LAG", "WS_PINGPONG", "PS_MAX_STAGES", "PS_READY_LAG", "PS_ORDER")}
-rows = []
-for name, variant, knobs in CANDS:
-    for k, v in {**DEFAULTS, **knobs}.items():
-        setattr(gp, k, v)
-    for cls, shapes in SHAPES.items():
-        ms = {}
-        try:
-            for c, n in shapes:
-                t, err, got = time_prefill(c, n, dict(CFG[cls], gluon=variant), check=True)
-                assert got == cls, (c, n, got)
-                ms[f"{c}/{n}"] = t
-        except Exception as exc:
-            print(f"{cls} {name}: FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-            rows.append({"class": cls, "name": name, "variant": variant, "knobs": knobs, "failed": repr(exc)[:300]})
-            continue
-        gm = math.exp(sum(math.log(v) for v in ms.values()) / len(ms))
-        rows.append({"class": cls, "name": name, "variant": variant, "knobs": knobs, "ms": ms, "geomean": gm})
-        print(f"{cls:5s} {name:17s} gm {gm:.4f} | " + " ".join(f"{k} {v:.4f}" for k, v in ms.items()), flush=True)
-        json.dump({"env": env, "rows": rows}, open(sys.argv[1], "w"), indent=1)
-PY
-step "choose (class -> variant + knobs), best geo-mean over all shapes, > 1% better than loop 2"
-python3 - "$OUT/sweep2.json" "$OUT/chosen.json" "$ok1" <<'PY' 2>&1 | tee -a "$log"
-import json, math, sys
-rows = [r for r in json.load(open(sys.argv[1]))["rows"] if "geomean" in r]
-ok = sys.argv[3] == "0"
-n = {"tiles": 7, "split": 4}
-by = {(r["class"], r["name"]): r for r in rows}
-names = sorted({r["name"] for r in rows})
-def score(t, s):
-    return math.exp((n["tiles"] * math.log(by["tiles", t]["geomean"]) + n["split"] * math.log(by["split", s]["geomean"])) / 11)
-best = ("loop2", "loop2")
-base = score(*best) if ("tiles", "loop2") in by and ("split", "loop2") in by else None
-for t in names:
-    for s in names:
-        if ("tiles", t) not in by or ("split", s) not in by:
-            continue
-        rt, rs = by["tiles", t], by["split", s]
-        if rt["variant"] == rs["variant"] and rt["knobs"] != rs["knobs"]:
-            continue  # one set of module knobs per variant
-        if score(t, s) < score(*best):
-            best = (t, s)
-pick = ok and base is not None and score(*best) < 0.99 * base and best != ("loop2", "loop2")
-for t, s in sorted({best, ("loop2", "loop2")}):
-    print(f"tiles {t} + split {s}: {score(t, s):.4f}")
-chosen = {"launch": {}, "knobs": {}}
-if pick:
-    for cls, name in zip(("tiles", "split"), best):
-        r = by[cls, name]
-        chosen["launch"][cls] = {"gluon": r["variant"]}
-        chosen["knobs"].update(r["knobs"])
-print("tests ok" if ok else "TESTS FAILED", "->", chosen)
-json.dump(chosen, open(sys.argv[2], "w"), indent=1)
-PY
-LAUNCH=$(python3 -c "import json; print(json.dumps(json.load(open('$OUT/chosen.json'))['launch']))")
-KNOBS=$(python3 -c "import json; print(json.dumps(json.load(open('$OUT/chosen.json'))['knobs']))")
-echo "chosen $LAUNCH knobs $KNOBS" | tee -a "$log"
-if [ "$LAUNCH" = "{}" ]; then step "nothing chosen: done"; exit 0; fi
-SETK="import json, sys; from kernels import gluon_prefill as gp; [setattr(gp, k, v) for k, v in json.loads('$KNOBS').items()]"
-step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12 (chosen configs)"
-cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-timeout "$(left 200 50)" python3 -c "$SETK
-from kernels.calibrate import main
-sys.exit(main(sys.argv[1:]))" --parts gemm,lm_head,decode,prefill,cascade \
-  --prefill-launch-configs "$LAUNCH" --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" \
-  --fidelity-out "$OUT/h200_fidelity.json" 2>&1 | tee -a "$log"
-step "prefill target rows (chosen configs)"
-timeout "$(left 15 35)" python3 -c "$SETK
-from kernels.bench_prefill import main
-sys.exit(main(sys.argv[1:]))" --no-sdpa --suite prefill --launch-configs "$LAUNCH" \
-  --out "$OUT/bench_prefill.json" 2>&1 | tee -a "$log"
-step "pytest (GPU): prefill / prepared / cascade tests with the chosen configs"
-KVSCHED_TEST_PREFILL_LAUNCH="$LAUNCH" KVSCHED_TEST_GLUON_KNOBS="$KNOBS" \
-  timeout "$(left 60 0)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
-  tests/kernels/test_prepared_launch.py tests/kernels/test_cascade_decode.py -k "not random and not gluon" \
-  2>&1 | tail -n 15 | tee -a "$log"
-ok2=${PIPESTATUS[0]}
-echo "pytest exit $ok2" | tee -a "$log"
+gluon_knob_sweep_and_choice 45 305 50 250
+chosen_calibration 200 50
+chosen_prefill_rows 15 35
+chosen_defaults_tests 60 0
 if [ "$ok2" != 0 ]; then echo "CHOSEN CONFIG FAILED ITS TESTS: do not land h200.json" | tee -a "$log"; fi
 step "done"
 exit 0
