@@ -43,11 +43,14 @@ TABLES = [
     # the same short tails again on the session-5 decode kernel (fused split combine), 3 prefixes
     "engine/runs/logs/2026-11-30_run4/tables/decode_shared_pages_table.json",
 ]
+# The decode kernel the engine runs (session 9: the wave_fit split rule, faster on uniform
+# batches, so the ragged ones' ratio to the equal-length table grew): means of 2K and 8K tokens,
+# 8-64 decodes, and means of 512 and 1,024 tokens, 2-32 decodes (Azure's batches). The session-5/6
+# kernel's tables: logs/2026-11-30_run4/tables/decode_ragged.json,
+# logs/2026-11-30_run5/tables/decode_ragged_short.json.
 RAGGED = [
-    "engine/runs/logs/2026-11-30_run4/tables/decode_ragged.json",  # the session-5 kernel
-    # means of 512 and 1,024 tokens, 2-32 decodes (Azure's batches; the session-6 kernels, the
-    # decode kernel unchanged)
-    "engine/runs/logs/2026-11-30_run5/tables/decode_ragged_short.json",
+    "engine/runs/logs/2026-12-01_ragged_s9/decode_ragged.json",
+    "engine/runs/logs/2026-12-01_ragged_s9/decode_ragged_short.json",
 ]
 # Held out: decode batches engine runs served (engine/runs/served_layouts.py), one layer each
 SERVED = "engine/runs/logs/2026-11-30_served_batches/"
