@@ -479,7 +479,7 @@ def _fit_decode_device(ratios: np.ndarray, kv_per_priced: np.ndarray) -> tuple[f
     price: ratio = scale + per_kv * kv / priced, least absolute error, per_kv >= 0. Without a
     positive per-token term the scale is the ratios' median."""
     scale, per_kv = _fit_nonneg_lad([kv_per_priced], ratios)
-    if per_kv <= 0.0:
+    if per_kv <= 0.0 or scale <= 0.0:  # no cost per token, or one that takes the whole time
         return float(np.median(ratios)), 0.0
     return scale, per_kv
 
@@ -916,7 +916,8 @@ def summary_lines(result: dict) -> list[str]:
             + f", throughput {pct(rep['throughput_abs_err'])}"
         )
     lines.append(
-        f"  overheads measured here: device time x{result['measured_device_time_scale']:.3f}, "
+        f"  overheads measured here: device time x{result['measured_device_time_scale']:.3f} + "
+        f"{result['measured_decode_kv_overhead_s'] * 1e9:.2f} ns/decode KV token, "
         f"{result['measured_step_overhead_s'] * 1e3:.2f} ms/step + "
         f"{result['measured_decode_overhead_s'] * 1e6:.1f} us/decode; a step with a chunk: "
         f"{result['measured_prefill_step_overhead_s'] * 1e3:.2f} ms + "

@@ -123,10 +123,10 @@ class GpuConfig(Strict):
     # (H200s differ by a few %): every priced kernel time is multiplied by it. `kvsched validate`
     # measures it on an engine run's decode-only steps (their GPU time over the priced kernels).
     device_time_scale: float = Field(default=1.0, gt=0)
-    # Device time per token of the step's decode contexts beyond the decode table's price: the
-    # table times one layer's attention alone, and inside a whole step the same reads cost more
-    # per KV byte (engine/runs/README.md, round 7's decode steps timed alone), seconds per
-    # token. `kvsched validate` measures it with the scale above; added after the scale.
+    # Device time per token of the step's decode contexts beyond the tables' price: on served
+    # steps timed alone, attention alone matched the decode table while the rest of the step grew
+    # with the KV tokens read (engine/runs/README.md, round 7's decode steps timed alone),
+    # seconds per token. `kvsched validate` measures it with the scale above; added after it.
     decode_kv_overhead_s: float = Field(default=0.0, ge=0)
     # A decode's read of a KV page another decode of the same step reads too (shared prefixes
     # after hits): "l2", priced from the calibration file's measured `decode_shared_reads` term

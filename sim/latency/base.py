@@ -63,8 +63,8 @@ class StepOverhead:
 
     Device (the GPU clock): the priced kernels run `gpu.device_time_scale` times as long on the
     serving machine as on the calibration machine, plus `gpu.decode_kv_overhead_s` per token of
-    the decodes' contexts (the decode table times attention alone; inside a whole step the same
-    reads cost more per KV byte); a step with a prefill chunk adds its
+    the decodes' contexts (what grows with the KV read beyond the tables: a whole step's, not
+    attention alone's); a step with a prefill chunk adds its
     elementwise work per prefill token (norms, rotary, activations), `gpu.token_overhead_s`, and
     cannot take less than a floor, `gpu.mixed_step_floor_s` (an engine that launches attention
     from the host layer by layer cannot finish a small mixed step faster than it issues it), or
@@ -96,6 +96,7 @@ class StepOverhead:
     def _with_terms(
         self,
         inner_s: float,
+        *,
         prefill_tokens: int,
         num_decode: int,
         chunks: int,
@@ -113,25 +114,27 @@ class StepOverhead:
     def step_time_s(self, plan: StepPlan) -> float:
         return self._with_terms(
             self.inner.step_time_s(plan),
-            int(plan.prefill_new.sum()),
-            int(plan.decode_ctx.shape[0]),
-            int(plan.prefill_new.shape[0]),
-            int(plan.prefill_ctx.sum()),
-            int(plan.decode_ctx.sum()),
+            prefill_tokens=int(plan.prefill_new.sum()),
+            num_decode=int(plan.decode_ctx.shape[0]),
+            chunks=int(plan.prefill_new.shape[0]),
+            context=int(plan.prefill_ctx.sum()),
+            decode_ctx=int(plan.decode_ctx.sum()),
         )
 
     def shape_time_s(self, shape: StepShape) -> float:
         return self._with_terms(
             self.inner.shape_time_s(shape),
-            sum(shape.prefill_new),
-            shape.num_decode,
-            len(shape.prefill_new),
-            sum(shape.prefill_ctx),
-            shape.decode_ctx_sum,
+            prefill_tokens=sum(shape.prefill_new),
+            num_decode=shape.num_decode,
+            chunks=len(shape.prefill_new),
+            context=sum(shape.prefill_ctx),
+            decode_ctx=shape.decode_ctx_sum,
         )
 
     def cascade_prefix_s(self, group_size: int, prefix_tokens: int) -> float:
-        return self.inner.cascade_prefix_s(group_size, prefix_tokens)
+        # A kernel on the serving machine: scaled like the rest. The KV term, measured on steps
+        # of the paged kernel, prices the cascade's tails (their decode contexts), not this pass.
+        return self.inner.cascade_prefix_s(group_size, prefix_tokens) * self.terms.device_scale
 
     def decode_steps_s(self, num_decode: int, ctx_sums: np.ndarray) -> np.ndarray:
         t = self.terms  # no prefill: _with_terms' device and host parts without the chunk terms

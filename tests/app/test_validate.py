@@ -251,6 +251,41 @@ def test_decode_device_fit_finds_a_scale_and_a_cost_per_kv_token():
     assert _fit_decode_device(faster, kv / priced) == (float(np.median(faster)), 0.0)
 
 
+def test_measured_overheads_price_chunk_steps_with_the_decode_kv_term():
+    """measured_overheads end to end on synthetic steps: decode-only steps give the scale and
+    the cost per decode KV token; a step with a chunk is fitted with both in its device price
+    (its GPU time is exactly that plus 1 ms: it adds 1 ms, no per-token cost)."""
+    from kvsched.validate import HOST_FEATURES, measured_overheads
+
+    rng = np.random.default_rng(3)
+    n = 2000
+    prefill = rng.random(n) < 0.2
+    priced = rng.uniform(0.005, 0.03, n)
+    kv = rng.integers(1_000, 300_000, n).astype(float)
+    gpu = 1.04 * priced + 1.5e-9 * kv + np.where(prefill, 1e-3, 0.0)
+    decodes = rng.integers(1, 64, n).astype(float)
+    tokens = np.where(prefill, rng.integers(16, 512, n), 0).astype(float)
+    sample = {
+        "priced": priced,
+        "gpu_s": gpu,
+        "off_device": 2e-4 + 5e-6 * decodes,
+        "prefill": prefill,
+        "graphed": np.ones(n, dtype=bool),
+        "gaps": np.zeros(10),
+        "decode_kv": kv,
+        # decodes, chunks, the chunks' context, prefill tokens
+        **dict(zip(HOST_FEATURES, (decodes, prefill * 1.0, prefill * 0.0, tokens), strict=True)),
+    }
+    terms = measured_overheads([sample])
+    assert terms["device_time_scale"] == pytest.approx(1.04, rel=1e-4)
+    assert terms["decode_kv_overhead_s"] == pytest.approx(1.5e-9, rel=1e-3)
+    assert terms["token_overhead_s"] == pytest.approx(0.0, abs=1e-7)
+    # what a one-chunk step adds to a decode-only step's price: the device extra (1 ms; the
+    # host's time is the same for both kinds of step)
+    added = terms["prefill_step_overhead_s"] + terms["chunk_overhead_s"]
+    assert added == pytest.approx(1e-3, abs=2e-5)
+
+
 def test_probes_pooled_in_either_order_and_of_another_engine_refused(tmp_path):
     """--overhead-from takes several probes (their steps pooled: the same terms in either order,
     to rounding; a probe and its copy, the probe's own terms); a probe of another TP, the run

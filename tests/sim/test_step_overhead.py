@@ -87,3 +87,14 @@ def test_decode_kv_term_adds_device_time_per_decode_context_token_before_the_flo
     )
     assert priced.step_time_s(_plan()) == pytest.approx(0.5)  # a small mixed step: the floor
     assert "2 ns/decode KV token on the device" in priced.name
+
+
+def test_cascade_prefix_pass_is_scaled_like_every_kernel():
+    """A cascade's shared-prefix pass runs on the serving machine too: the device time scale
+    applies to it (the KV term prices the cascade's tails, through their decode contexts)."""
+    base = parse_config({})
+    plain = make_latency_model(base.model, base.gpu, base.node.tp)
+    terms = {"device_time_scale": 1.25, "decode_kv_overhead_s": 2e-9}
+    cfg = parse_config({"gpu": {"preset": "h200", **terms}})
+    priced = make_latency_model(cfg.model, cfg.gpu, cfg.node.tp)
+    assert priced.cascade_prefix_s(8, 2048) == plain.cascade_prefix_s(8, 2048) * 1.25
