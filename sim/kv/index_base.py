@@ -91,14 +91,17 @@ class IndexBase(ABC):
         """Unindex a page; returns its indexed children (no prefix walk can reach them any more)."""
         self.prefix.unlinking()
         children = self.children(page)
-        self._forget(np.array([page], dtype=np.int64))
+        pages = np.array([page], dtype=np.int64)
+        self._forget(pages, self.page_key[pages].tolist())
         self._unlink(page)
         return children
 
-    def remove_many(self, pages: np.ndarray) -> None:
-        """Unindex a set of pages holding every indexed child of its members (vectorised)."""
+    def remove_many(self, pages: np.ndarray) -> list[int]:
+        """Unindex a set of pages holding every indexed child of its members (vectorised).
+        Returns their keys, in order (what the cache's listeners are told)."""
         self.prefix.removing(pages)
-        self._forget(pages)
+        keys = self.page_key[pages].tolist()
+        self._forget(pages, keys)
         parents = self.parent[pages]
         self.indexed[pages] = False
         self.prefix.removed(self.indexed)
@@ -109,6 +112,7 @@ class IndexBase(ABC):
         self.parent[pages] = ROOT
         self.num_children[pages] = 0
         self.num_indexed -= int(pages.size)
+        return keys
 
     @abstractmethod
     def match(self, keys: np.ndarray, prompt: np.ndarray, max_pages: int) -> Match:
@@ -125,8 +129,9 @@ class IndexBase(ABC):
         return bool(self.insert_chain([page], [key], parent, tokens.reshape(1, -1)))
 
     @abstractmethod
-    def _forget(self, pages: np.ndarray) -> None:
-        """Drop the pages from the lookup structure (the implementation's dicts)."""
+    def _forget(self, pages: np.ndarray, keys: list[int]) -> None:
+        """Drop the pages (whose keys are `keys`) from the lookup structure (the
+        implementation's dicts)."""
 
     # -- linkage shared by the implementations -------------------------------------------------
     def _link(self, pages: list[int], keys: list[int], parent: int) -> np.ndarray | None:

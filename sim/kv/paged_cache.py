@@ -570,16 +570,18 @@ class PagedKVCache:
     def _evict_pages(self, pages: np.ndarray, now: float) -> int:
         """Unindex pages (int64, in eviction order) and their indexed descendants; free the cached ones."""
         index = self.index
+        keys = None  # the removed pages' keys, when the removal has them
         if index.closed_under_children(pages):  # the usual case: tails come with their parents
             removed = pages
-            index.remove_many(removed)
+            keys = index.remove_many(removed)
         else:
             removed = np.array(self._remove_subtrees(pages.tolist()), dtype=np.int64)
         if removed.size == 0:
             return 0
         if self.protected is not None:
             self.protected.on_removed(removed)
-        self._emit("removed", index.page_key[removed].tolist())
+        if self.listeners:  # (the keys are listed only for a listener)
+            self._emit("removed", index.page_key[removed].tolist() if keys is None else keys)
         evicted = removed[
             self.pool.state[removed] == CACHED
         ]  # still-used ones just lose their entry

@@ -217,9 +217,8 @@ class TwoLevelIndex(IndexBase):
         self.overflow_used = True
         return True
 
-    def _forget(self, pages: np.ndarray) -> None:
+    def _forget(self, pages: np.ndarray, keys: list[int]) -> None:
         slots = self.key_to_page
-        keys = self.page_key[pages].tolist()
         if not self.overflow:  # every indexed page holds its key's slot: one C-level pass
             held = pages.tolist()
             if list(map(slots.pop, keys)) != held:

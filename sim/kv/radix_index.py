@@ -63,7 +63,7 @@ class RadixIndex(IndexBase):
             self._link(pages[:count], keys[:count], parent)
         return list(range(count))
 
-    def _forget(self, pages: np.ndarray) -> None:
+    def _forget(self, pages: np.ndarray, keys: list[int]) -> None:
         edges, edge_of = self.edges, self.edge_of
         for page, parent in zip(pages.tolist(), self.parent[pages].tolist(), strict=True):
             siblings = edges.get(parent)
