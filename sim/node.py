@@ -309,16 +309,11 @@ class Node(SchedulerQueues):
         Scheduler.can_repeat_decode), do what `_complete` and `_advance` would (same effects,
         same order, same floats) without planning from scratch, and park it (or start a decode
         span with it); else False."""
-        assert self._in_flight is not None and self._decode_s is not None
-        step, start, step_s = self._in_flight
+        assert self._decode_s is not None
         scheduler, seqs = self.scheduler, self._batch_seqs
         if not scheduler.can_repeat_decode(seqs):
             return False
-        now = self.env.now
-        self.busy_s += step_s
-        self.num_steps += 1
-        if self.on_step is not None:
-            self.on_step(self.node_id, start, step_s, step)
+        step, now = self._count_ended(), self.env.now
         scheduler.repeat_decode(seqs, now)
         self._decode_sum += len(seqs)
         step_s = self._decode_s(self.node_id, step, self._decode_sum, now)
@@ -334,17 +329,11 @@ class Node(SchedulerQueues):
         decodes again in place (Scheduler.repeat_decode), then the admissions; returns the
         step `_complete` then `schedule` would plan. None where more than that changes (a
         request finishes, or a next token needs room): the general path."""
-        assert self._in_flight is not None
         scheduler, seqs = self.scheduler, self._batch_seqs
         if not scheduler.would_admit(len(seqs)) or not scheduler.decodes_fit(seqs):
             return None
-        step, start, step_s = self._in_flight
-        self._in_flight = None
+        self._count_ended()
         now = self.env.now
-        self.busy_s += step_s
-        self.num_steps += 1
-        if self.on_step is not None:
-            self.on_step(self.node_id, start, step_s, step)
         scheduler.repeat_decode(seqs, now)
         return scheduler.admit_after_decodes(seqs, now)
 
@@ -420,6 +409,12 @@ class Node(SchedulerQueues):
 
     def _complete(self) -> None:
         """The step in flight ended at the clock's time: record it and apply it."""
+        for seq in self.scheduler.apply(self._count_ended(), self.env.now):
+            self.on_finish(seq)
+
+    def _count_ended(self) -> Step:
+        """The step in flight ended at the clock's time: count it (busy time, steps) and record
+        it (steps.csv, when asked); it is no longer in flight. Returns it."""
         assert self._in_flight is not None
         step, start, step_s = self._in_flight
         self._in_flight = None
@@ -427,8 +422,7 @@ class Node(SchedulerQueues):
         self.num_steps += 1
         if self.on_step is not None:
             self.on_step(self.node_id, start, step_s, step)
-        for seq in self.scheduler.apply(step, self.env.now):
-            self.on_finish(seq)
+        return step
 
     def _crash(self) -> simpy.Event:
         """No hole at the physical limit and cache.on_oom is crash (the article's CUDA OOM): the
