@@ -37,18 +37,50 @@ class DriftBoundedEviction(Protocol):
         ...
 
 
-class Shortlist:
-    def __init__(self, policy: DriftBoundedEviction, reserve: int = RESERVE_PAGES):
-        self.policy = policy
+class CarriedRound:
+    """What a full eviction round carries to the next ones (the shortlist's, the victim
+    queue's): its pages (None: the next round is a full one) and the pages that may have become
+    evictable since it: cached since, still read then (epoch), or out of the protected zone."""
+
+    def __init__(self, reserve: int):
         self.reserve = reserve
-        self.pages: np.ndarray | None = None  # None: the next round is a full one
+        self.pages: np.ndarray | None = None
+        self._joined: list[np.ndarray] = []  # pages that became cached since the last round
+        self._num_joined = 0
+        self.waiting = np.zeros(0, dtype=np.int64)  # cached, readers may still run (epoch)
+        self._zone = np.zeros(0, dtype=np.int64)  # the protected zone at the last round
+
+    def _carry(self, waiting: np.ndarray, zone: np.ndarray) -> None:
+        """A full round's state: nothing joined since; its waiting pages and zone."""
+        self._joined, self._num_joined = [], 0
+        self.waiting, self._zone = waiting, zone
+
+    def on_cached(self, pages: np.ndarray) -> None:
+        """These pages lost their last reference (the cached ones may be evicted now)."""
+        if self.pages is None or pages.size == 0:
+            return
+        self._joined.append(pages)
+        self._num_joined += int(pages.size)
+        if self._num_joined > 8 * self.reserve:  # no round for a while: start again then
+            self.pages = None
+
+    def _since(self, zone: np.ndarray, *first: np.ndarray) -> np.ndarray:
+        """int64: `first`, then the pages that may have become evictable since the last round
+        (repeats possible); `zone` is the protected zone now."""
+        parts = [*first, self.waiting, *self._joined]
+        if self._zone.size:
+            parts.append(np.setdiff1d(self._zone, zone, assume_unique=True))  # left the zone
+        self._joined, self._num_joined, self._zone = [], 0, zone
+        return np.concatenate(parts)
+
+
+class Shortlist(CarriedRound):
+    def __init__(self, policy: DriftBoundedEviction, reserve: int = RESERVE_PAGES):
+        super().__init__(reserve)
+        self.policy = policy
         self._bound = np.inf  # every evictable page left out scored >= it ...
         self._bound_s = 0.0  # ... at this time ...
         self.floor = -np.inf  # ... and has a priority floor >= this one
-        self._joined: list[np.ndarray] = []  # pages that became cached since the last round
-        self._num_joined = 0
-        self._waiting = np.zeros(0, dtype=np.int64)  # cached, readers may still run (epoch)
-        self._zone = np.zeros(0, dtype=np.int64)  # the protected zone at the last round
 
     def restart(
         self,
@@ -66,27 +98,13 @@ class Shortlist:
             self.pages = None
             return
         self.pages, self._bound, self._bound_s, self.floor = pages, bound, now, floor
-        self._joined, self._num_joined = [], 0
-        self._waiting, self._zone = waiting, zone
-
-    def on_cached(self, pages: np.ndarray) -> None:
-        """These pages lost their last reference (the cached ones may be evicted now)."""
-        if self.pages is None or pages.size == 0:
-            return
-        self._joined.append(pages)
-        self._num_joined += int(pages.size)
-        if self._num_joined > 8 * self.reserve:  # no round for a while: start again then
-            self.pages = None
+        self._carry(waiting, zone)
 
     def to_score(self, zone: np.ndarray) -> np.ndarray:
         """int64: the pages that may be evictable and among the lowest now (repeats possible;
         the caller keeps the evictable ones)."""
         assert self.pages is not None
-        parts = [self.pages, self._waiting, *self._joined]
-        if self._zone.size:
-            parts.append(np.setdiff1d(self._zone, zone, assume_unique=True))  # left the zone
-        self._joined, self._num_joined, self._zone = [], 0, zone
-        return np.concatenate(parts)
+        return self._since(zone, self.pages)
 
     def bound_at(self, now: float) -> float:
         """A lower bound, now, on the priority of every evictable page left out."""
@@ -97,7 +115,7 @@ class Shortlist:
     def keep(self, pages: np.ndarray, waiting: np.ndarray) -> None:
         """After a shortlisted round: the pages that may fall under the bound stay (the
         others scored above it with a floor >= its floor, as the pages left out did)."""
-        self.pages, self._waiting = pages, waiting
+        self.pages, self.waiting = pages, waiting
 
 
 def distinct(pages: np.ndarray) -> np.ndarray:

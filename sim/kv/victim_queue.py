@@ -19,21 +19,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.kv.shortlist import CarriedRound
+
 QUEUE_PAGES = 2048  # pages a full round queues beyond its victims
 
 
-class VictimQueue:
+class VictimQueue(CarriedRound):
     def __init__(self, reserve: int = QUEUE_PAGES):
-        self.reserve = reserve
-        self.pages: np.ndarray | None = None  # in eviction order; None: the next round is full
+        super().__init__(reserve)  # pages: in eviction order
         self.priority = np.zeros(0)  # each queued page's priority and depth as ranked
         self.depth = np.zeros(0, dtype=np.int32)
         self.head = 0  # pages[:head] are gone (evicted, or no longer there as ranked)
         self.top = np.inf  # every evictable page not queued scored above it
-        self._joined: list[np.ndarray] = []  # pages that became cached since the last round
-        self._num_joined = 0
-        self.waiting = np.zeros(0, dtype=np.int64)  # cached, readers may still run (epoch)
-        self._zone = np.zeros(0, dtype=np.int64)  # the protected zone at the last round
 
     def restart(
         self,
@@ -48,26 +45,12 @@ class VictimQueue:
         are every evictable page scoring at most `top`; the others score above it."""
         self.pages, self.priority, self.depth = pages, priority, depth
         self.head, self.top = 0, top
-        self._joined, self._num_joined = [], 0
-        self.waiting, self._zone = waiting, zone
-
-    def on_cached(self, pages: np.ndarray) -> None:
-        """These pages lost their last reference (the cached ones may be evicted now)."""
-        if self.pages is None or pages.size == 0:
-            return
-        self._joined.append(pages)
-        self._num_joined += int(pages.size)
-        if self._num_joined > 8 * self.reserve:  # no round for a while: start again then
-            self.pages = None
+        self._carry(waiting, zone)
 
     def take_fresh(self, zone: np.ndarray) -> np.ndarray:
         """int64: the pages that may have become evictable since the last round (repeats
         possible): released, still read then (epoch), or out of the protected zone."""
-        parts = [self.waiting, *self._joined]
-        if self._zone.size:
-            parts.append(np.setdiff1d(self._zone, zone, assume_unique=True))  # left the zone
-        self._joined, self._num_joined, self._zone = [], 0, zone
-        return np.concatenate(parts)
+        return self._since(zone)
 
     def window(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The next `size` queued pages (fewer at the end), their priorities and depths."""

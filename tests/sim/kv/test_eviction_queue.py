@@ -13,7 +13,7 @@ from sim.kv.paged_cache import PagedKVCache
 from sim.kv.protected_zone import ProtectedZone
 from sim.kv.victim_queue import VictimQueue
 from tests.helpers import assert_same_cache_state
-from tests.sim.kv.test_eviction_shortlist import PAGE, POLICIES, replay
+from tests.sim.kv.test_eviction_shortlist import PAGE, POLICIES, count_rounds, replay
 
 QUEUED = ("fifo", "lfu", "lru")
 
@@ -56,20 +56,5 @@ def test_queued_rounds_evict_what_the_full_ranking_evicts(
 
 
 def test_most_rounds_take_the_queue():
-    cache = make("lru", 40, 3, False, 0.0, 16)
-    rounds = {"full": 0, "queued": 0}
-    ranked, queued = cache._ranked_victims, cache._queued_victims
-
-    def count_ranked(want, now):
-        rounds["full"] += 1
-        return ranked(want, now)
-
-    def count_queued(want, now):
-        victims = queued(want, now)
-        rounds["queued"] += victims is not None
-        return victims
-
-    cache._ranked_victims = count_ranked  # type: ignore[method-assign]
-    cache._queued_victims = count_queued  # type: ignore[method-assign]
-    replay(cache, 3, 200)
-    assert rounds["queued"] > rounds["full"] > 0
+    rounds = count_rounds(make("lru", 40, 3, False, 0.0, 16), "_queued_victims", 3, 200)
+    assert rounds["carried"] > rounds["full"] > 0

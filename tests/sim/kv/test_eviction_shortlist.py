@@ -86,21 +86,27 @@ def test_shortlisted_rounds_evict_what_the_full_ranking_evicts(
     assert_same_cache_state(shortlisted, full)
 
 
-def test_most_rounds_score_the_shortlist_only():
-    cache = make("scored", 40, 3, False, 0.0, 16)
-    rounds = {"full": 0, "shortlisted": 0}
-    ranked, shortlisted = cache._ranked_victims, cache._shortlisted_victims
+def count_rounds(cache: PagedKVCache, carried: str, seed: int, steps: int) -> dict[str, int]:
+    """Replay `cache` counting its full rounds and the rounds its `carried` method (the
+    shortlist's or the queue's: None when it cannot decide) chose the victims of."""
+    rounds = {"full": 0, "carried": 0}
+    ranked, fast = cache._ranked_victims, getattr(cache, carried)
 
     def count_ranked(want, now):
         rounds["full"] += 1
         return ranked(want, now)
 
-    def count_shortlisted(want, now):
-        victims = shortlisted(want, now)
-        rounds["shortlisted"] += victims is not None
+    def count_carried(want, now):
+        victims = fast(want, now)
+        rounds["carried"] += victims is not None
         return victims
 
     cache._ranked_victims = count_ranked  # type: ignore[method-assign]
-    cache._shortlisted_victims = count_shortlisted  # type: ignore[method-assign]
-    replay(cache, 3, 200)
-    assert rounds["shortlisted"] > rounds["full"] > 0
+    setattr(cache, carried, count_carried)
+    replay(cache, seed, steps)
+    return rounds
+
+
+def test_most_rounds_score_the_shortlist_only():
+    rounds = count_rounds(make("scored", 40, 3, False, 0.0, 16), "_shortlisted_victims", 3, 200)
+    assert rounds["carried"] > rounds["full"] > 0
