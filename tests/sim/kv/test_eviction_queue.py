@@ -8,28 +8,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.admission import Always, NoParams
-from sim.kv.paged_cache import PagedKVCache
-from sim.kv.protected_zone import ProtectedZone
 from sim.kv.victim_queue import VictimQueue
 from tests.helpers import assert_same_cache_state
-from tests.sim.kv.test_eviction_shortlist import PAGE, POLICIES, count_rounds, replay
+from tests.sim.kv.test_eviction_shortlist import count_rounds, new_cache, replay
 
 QUEUED = ("fifo", "lfu", "lru")
 
 
 def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, reserve: int):
-    cache = PagedKVCache(
-        num_pages,
-        PAGE,
-        PAGE * 100,
-        eviction=POLICIES[policy](),
-        admission=Always(NoParams()),
-        eviction_batch_pages=batch,
-        epoch_reclaim=race_s >= 0,
-        race_window_s=max(race_s, 0.0),
-        protected=ProtectedZone(num_pages, 0.5, 4, num_pages // 4) if zone else None,
-    )
+    cache = new_cache(policy, num_pages, batch, zone, race_s)
     assert cache._queue is not None  # every time-invariant policy queues
     cache._queue = VictimQueue(reserve)
     return cache

@@ -25,8 +25,10 @@ POLICIES = {
 }
 
 
-def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, reserve: int):
-    cache = PagedKVCache(
+def new_cache(policy: str, num_pages: int, batch: int, zone: bool, race_s: float) -> PagedKVCache:
+    """A small cache under `policy` (with epoch reclamation when race_s >= 0, a protected zone
+    of half the pool when `zone`), as the carried-round tests build it."""
+    return PagedKVCache(
         num_pages,
         PAGE,
         PAGE * 100,
@@ -37,6 +39,10 @@ def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, res
         race_window_s=max(race_s, 0.0),
         protected=ProtectedZone(num_pages, 0.5, 4, num_pages // 4) if zone else None,
     )
+
+
+def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, reserve: int):
+    cache = new_cache(policy, num_pages, batch, zone, race_s)
     # (lru, lfu and fifo rank every page each round: they can carry a shortlist all the same)
     cache._shortlist = Shortlist(cache.eviction, reserve)
     cache._queue = None  # (lru, lfu and fifo queue their victims otherwise)
