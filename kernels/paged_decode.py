@@ -500,10 +500,10 @@ def choose_split(
     tokens = max(tokens, min_split_tokens, -(-max_seq_len // MAX_SPLITS))
     tokens = -(-tokens // block_n) * block_n
     if wave_fit > 0 and batch > 1:
-        one_wave = _one_wave_tokens(
+        wave_tokens = _one_wave_tokens(
             total_tokens, max_seq_len, batch, programs_per_seq, num_sms, block_n, wave_fit
         )
-        tokens = max(tokens, one_wave)
+        tokens = max(tokens, wave_tokens)
     if tokens >= max_seq_len:
         return 1, max(max_seq_len, 1)
     return -(-max_seq_len // tokens), tokens
