@@ -33,7 +33,7 @@ import pandas as pd
 
 from engine.check import served_rows
 from engine.runs.fit_shared_reads import reread_tokens
-from kvsched.validate import load_engine_run
+from kvsched.validate import EngineRun, load_engine_run
 from sim.latency.base import StepPlan
 from sim.latency.factory import make_latency_model
 
@@ -43,10 +43,10 @@ LAYOUTS = RUNS / "logs" / "2026-11-30_served_batches" / "layouts_round7_ids.json
 NONE = np.zeros(0, dtype=np.int64)
 
 
-def _models(run: str, calibration: Path | None):
+def _models(run: EngineRun, calibration: Path | None):
     """The run's latency models, kernels only (device time scale 1, no overhead terms), with
     the ragged term on, without and with the shared page term; its layer count."""
-    cfg = load_engine_run(RUNS / "round7" / run).cfg
+    cfg = run.cfg
     # an absolute path: sim.latency.calibrated joins it to kernels/calibration/ as itself
     file = {"calibration": str(calibration.resolve())} if calibration else {}
     models = []
@@ -60,8 +60,9 @@ def _models(run: str, calibration: Path | None):
 def _rows(
     run: str, layouts: list[dict], steps: list[dict], layers: list[dict], calibration: Path | None
 ) -> pd.DataFrame:
-    (hbm, l2), num_layers = _models(run, calibration)
-    gpu_s = load_engine_run(RUNS / "round7" / run).steps.gpu_s.to_numpy()
+    engine_run = load_engine_run(RUNS / "round7" / run)
+    (hbm, l2), num_layers = _models(engine_run, calibration)
+    gpu_s = engine_run.steps.gpu_s.to_numpy()
     rows = []
     for layout, step, layer in zip(layouts, steps, layers, strict=True):
         lens = np.asarray(layout["lens"], dtype=np.int64)
