@@ -238,15 +238,19 @@ def check_against_reference(q, kv, out, n_check: int = 4) -> float:
 
 
 def time_kernel(
-    q, kv, grouped: bool = True, eager: bool = False, **cfg
+    q, kv, grouped: bool = True, eager: bool = False, prepared: bool = False, **cfg
 ) -> tuple[float, float | None, float]:
     """(graph ms, eager ms or None, rel err) of one paged decode step.
 
     The output is poisoned before the checked call, so an unwritten element fails the check.
+    `prepared`: the launch is prepared once (`prepare_decode`) and only its kernels are timed,
+    as each layer of the engine's graphed step issues them; otherwise every timed call prepares
+    too, so a fused-combine split launch's counter zeroing (a fill kernel) is in the graph.
+    The output of the timed launches is checked again.
     """
     import torch
 
-    from kernels.paged_decode import paged_decode_attention
+    from kernels.paged_decode import paged_decode_attention, prepare_decode
 
     lens = kv.seq_lens.tolist()
     hints: dict[str, Any] = dict(max_seq_len=max(lens), total_tokens=sum(lens))
@@ -274,10 +278,33 @@ def time_kernel(
     if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
         raise RuntimeError(f"kernel output wrong: rel err {err} (cfg {cfg}, grouped {grouped})")
 
-    def step():
-        launch(check_bounds=False)
+    if not prepared:
 
-    return bench_ms(step), (bench_ms(step, graph=False) if eager else None), err
+        def step():
+            launch(check_bounds=False)
+
+        return bench_ms(step), (bench_ms(step, graph=False) if eager else None), err
+    decode = prepare_decode(
+        q,
+        kv.k_cache,
+        kv.v_cache,
+        kv.block_tables,
+        kv.seq_lens,
+        out=out,
+        grouped=grouped,
+        check_bounds=False,
+        **hints,
+        **cfg,
+    )
+    out.fill_(float("nan"))
+    ms = bench_ms(lambda: decode.launch(kv.k_cache, kv.v_cache))
+    eager_ms = (
+        bench_ms(lambda: decode.launch(kv.k_cache, kv.v_cache), graph=False) if eager else None
+    )
+    err = check_against_reference(q, kv, out)
+    if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
+        raise RuntimeError(f"prepared launch output wrong: rel err {err} (cfg {cfg})")
+    return ms, eager_ms, err
 
 
 def run_case(
@@ -429,7 +456,7 @@ def decode_sweep(
     """Graph-timed ms of each config on each shape (one set of inputs per shape, reused); with
     `sdpa`, SDPA on the uniform shapes too (one row each, config None). `shapes` (sweep_shape
     specs) replace the default list. A config's "_batch1": true / false times it only on batch-1
-    / batch >= 2 shapes."""
+    / batch >= 2 shapes; "_prepared": true times the prepared launch (time_kernel)."""
     import torch
 
     cases = (
@@ -457,7 +484,7 @@ def decode_sweep(
                 continue
             kw = {k: v for k, v in cfg.items() if not k.startswith("_")}
             try:
-                ms, _, err = time_kernel(q, kv, **kw)
+                ms, _, err = time_kernel(q, kv, prepared=bool(cfg.get("_prepared")), **kw)
             except Exception as exc:  # a config that fails is recorded, not fatal
                 log(f"  sweep {name} {cfg}: failed ({type(exc).__name__}: {str(exc)[:80]})")
                 ms, err = float("nan"), float("nan")

@@ -104,6 +104,17 @@ WAVE_FIT = 1.15
 # still all fit; past that the default rule. Unlike wave_fit it balances ragged batches by their
 # real lengths, but it needs them on the host, and it can split more than the default rule.
 ONE_WAVE = 0
+# Session 10 (opt-in, `tail_merge` = f): when the longest sequence's last split would hold fewer
+# than f x tokens_per_split tokens, cut it into one split fewer, of equal length (no program and
+# partial for a sliver: 256 x 8K cut at 8,000 tokens ran 2,048 programs of 192 tokens).
+TAIL_MERGE = 0.0
+# Session 10 (opt-in, `deferred_row_sum`): the score tile is split over the 4 warps along the
+# keys, so every row reduction crosses warps (shared memory and CTA barriers: 9 barriers per
+# tile in the sm_90 compile). Keeping each thread's share of the row sums as a [rows, keys]
+# tile rescaled like the accumulator, summed once after the loop, leaves the row max as the
+# only cross-warp reduction per tile (6 barriers; 127 registers instead of 117, still 4
+# programs per SM).
+DEFERRED_ROW_SUM = False
 MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
@@ -165,6 +176,7 @@ def _paged_decode_kernel(
     FUSED_COMBINE: tl.constexpr = False,  # the split that finishes last merges the partials
     MERGE_G: tl.constexpr = 8,  # FUSED_COMBINE: rows merged (>= the program's, power of two)
     MERGE_S: tl.constexpr = 8,  # FUSED_COMBINE: splits merged per step (power of two)
+    DEFERRED_ROW_SUM: tl.constexpr = False,  # softmax row sums summed once, after the loop
 ):
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -211,6 +223,10 @@ def _paged_decode_kernel(
         m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
         acc = tl.zeros([BLOCK_G, HEAD_DIM], dtype=tl.float32)
+        if DEFERRED_ROW_SUM:
+            # Each thread keeps its own keys' share of the row sums (rescaled like acc), so the
+            # loop has one cross-warp reduction per tile (the row max), not two.
+            l_keys = tl.zeros([BLOCK_G, BLOCK_N], dtype=tl.float32)
 
         for tok0 in range(start, end, BLOCK_N):
             offs_t = tok0 + offs_n
@@ -238,7 +254,10 @@ def _paged_decode_kernel(
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if DEFERRED_ROW_SUM:
+                l_keys = l_keys * alpha[:, None] + p
+            else:
+                l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(
                 v_head_ptr
                 + page[:, None] * stride_vp
@@ -255,6 +274,8 @@ def _paged_decode_kernel(
                 acc = acc * alpha[:, None] + tl.dot(p, v)
             m_i = m_new
 
+        if DEFERRED_ROW_SUM:
+            l_i = tl.sum(l_keys, axis=1)
         # Every split that runs holds >= 1 token, so l_i > 0 for all rows (padding rows too).
         acc = acc / l_i[:, None]
         rows = q_head0 + offs_g
@@ -470,6 +491,7 @@ def choose_split(
     one_wave: int = ONE_WAVE,
     lengths: Sequence[int] | None = None,
     one_wave_slack: float = 0.0,
+    tail_merge: float = TAIL_MERGE,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
 
@@ -481,7 +503,7 @@ def choose_split(
     than SINGLE_SEQUENCE_PROGRAMS_PER_SM programs per SM. `wave_fit` > 0 (and the batch size):
     see RESIDENT_PROGRAMS_PER_SM; `one_wave` > 0 with `lengths`: see ONE_WAVE (with
     `one_wave_slack` > 0 only where its longest split is within that factor of a balanced share,
-    wave_fit's test on the real lengths).
+    wave_fit's test on the real lengths). `tail_merge` > 0: see TAIL_MERGE.
     """
     if one_wave > 0 and lengths is not None and len(lengths) > 1:
         slots = one_wave * num_sms
@@ -506,6 +528,19 @@ def choose_split(
         tokens = max(tokens, wave_tokens)
     if tokens >= max_seq_len:
         return 1, max(max_seq_len, 1)
+    splits = -(-max_seq_len // tokens)
+    if tail_merge > 0 and max_seq_len - (splits - 1) * tokens < tail_merge * tokens:
+        return _merged_tail(max_seq_len, splits - 1, block_n)
+    return splits, tokens
+
+
+def _merged_tail(max_seq_len: int, splits: int, block_n: int) -> tuple[int, int]:
+    """(num_splits, tokens_per_split) for the longest sequence cut into `splits` (>= 1) equal
+    splits (a multiple of block_n tokens each) instead of one more with a short last one."""
+    per_split = -(-max_seq_len // splits)
+    tokens = -(-per_split // block_n) * block_n
+    if tokens >= max_seq_len:
+        return 1, max_seq_len
     return -(-max_seq_len // tokens), tokens
 
 
@@ -574,6 +609,7 @@ def decode_splits(
     one_wave: int = ONE_WAVE,
     lengths: Sequence[int] | None = None,
     one_wave_slack: float = 0.0,
+    tail_merge: float = TAIL_MERGE,
 ) -> tuple[int, int]:
     """(num_splits, tokens_per_split) the grouped decode launcher picks for this batch: what a
     caller of the device-split mode writes into its `split_tensor`. The one-wave rule (opt-in,
@@ -593,6 +629,7 @@ def decode_splits(
         one_wave,
         lengths,
         one_wave_slack,
+        tail_merge,
     )
 
 
@@ -842,6 +879,8 @@ def prepare_decode(
     one_wave: int = ONE_WAVE,
     lengths: Sequence[int] | None = None,
     one_wave_slack: float = 0.0,
+    deferred_row_sum: bool = DEFERRED_ROW_SUM,
+    tail_merge: float = TAIL_MERGE,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -872,6 +911,8 @@ def prepare_decode(
     fused merge rounds differently from the combine kernel (an online merge, 8 splits a step).
     `wave_fit` > 0: one wave of longer splits for near-uniform batches (RESIDENT_PROGRAMS_PER_SM).
     `one_wave` > 0 and `lengths` (the host's copy of seq_lens): FlashInfer's one-wave rule (ONE_WAVE).
+    `deferred_row_sum`: see DEFERRED_ROW_SUM (same outputs up to fp32 summation order).
+    `tail_merge`: see TAIL_MERGE.
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -949,6 +990,7 @@ def prepare_decode(
             one_wave,
             lengths,
             one_wave_slack,
+            tail_merge,
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")
@@ -1030,6 +1072,7 @@ def prepare_decode(
             REVERSE_SPLITS=reverse_splits,
             FUSED_COMBINE=fused,
             MERGE_G=merge_g,
+            DEFERRED_ROW_SUM=deferred_row_sum,
             # Splits per merge step: not a function of num_splits, so a device-split graph
             # merges as the host-split path does.
             MERGE_S=max(

@@ -177,3 +177,15 @@ def test_calibrate_one_runs_end_to_end_on_cpu():
         calibrate_one(
             "tiny", 2, 0, {}, None, preset=preset, grids=grids, parts_to_measure=("gemm",)
         )
+
+
+def test_decode_sweep_times_the_prepared_launch_too():
+    # CPU smoke run of the bench's decode sweep (wall time there): the prepared launch (its
+    # kernels alone, as each layer of the engine's step issues them) is checked against the
+    # reference after its timed calls, like the per-call launch.
+    from kernels.bench import decode_sweep
+
+    configs = [{}, {"_prepared": True}, {"deferred_row_sum": True, "_prepared": True, "_rep": 2}]
+    rows = decode_sweep(configs, 1.0, lambda msg: None, shapes=["2x100"])
+    assert [r["config"] for r in rows] == configs
+    assert all(r["rel_err"] < 1e-2 and r["ms"] > 0 for r in rows)

@@ -353,3 +353,65 @@ def test_single_sequence_pipeline_depth():
         assert stages == (want or DEFAULT_CONFIG["num_stages"])
         assert prepare_decode(*args, num_stages=3).launches[0].kwargs["num_stages"] == 3
     check([3000 if ON_GPU else 70], 2, 4, 16)
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("num_splits", [1, 3, 20])
+def test_deferred_row_sum(group, grouped, num_splits):
+    # The row sums kept per key and summed after the loop (session 10): the reference's answer
+    # with one split (direct output), fused merges (3) and the separate combine pass (20), over
+    # ragged lengths whose last tiles are partly masked; and the lse the cascade merges by.
+    from kernels.paged_decode import prepare_decode
+
+    check(LENS, 2, group, 16, grouped=grouped, num_splits=num_splits, deferred_row_sum=True)
+    g = torch.Generator(device=DEVICE).manual_seed(3)
+    kv = make_paged_kv(LENS, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+    q = torch.randn(len(LENS), 2 * group, HEAD_DIM, generator=g, device=DEVICE).to(torch.bfloat16)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+    lse = {}
+    for deferred in (False, True):
+        lse[deferred] = torch.full(q.shape[:2], float("nan"), device=DEVICE)
+        launch = prepare_decode(
+            *args,
+            lse_out=lse[deferred],
+            grouped=grouped,
+            num_splits=num_splits,
+            block_n=BLOCK_N,
+            deferred_row_sum=deferred,
+        )
+        assert launch.launches[0].kwargs["DEFERRED_ROW_SUM"] is deferred
+        launch(kv.k_cache, kv.v_cache)
+    assert torch.allclose(lse[True], lse[False], atol=1e-5, rtol=0)
+
+
+def test_tail_merge_rule():
+    # 256 x 8K under the 16-per-SM rule: splits of 8,000 leave a 192-token second split per
+    # sequence; tail_merge 0.25 runs them unsplit. 1 x (32K + 1) (33 of 1,024, the last of 1
+    # token) is cut for 32 splits, 1,025 tokens rounded up to 1,088: 31 splits. Splits that are
+    # already even do not change.
+    assert choose_split(256 * 8192, 8192, 8, 132, 64, batch=256) == (2, 8000)
+    assert choose_split(256 * 8192, 8192, 8, 132, 64, batch=256, tail_merge=0.25) == (1, 8192)
+    assert choose_split(32769, 32769, 8, 132, 64, batch=1, tail_merge=0.25) == (31, 1088)
+    for n, lens in ((16, 2048), (16, 8192), (64, 2048)):
+        args = (n * lens, lens, 8, 132, 64)
+        assert choose_split(*args, batch=n, tail_merge=0.25) == choose_split(*args, batch=n)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 40000), min_size=1, max_size=80),
+    st.sampled_from([1, 2, 8]),
+    st.sampled_from([0.1, 0.25, 0.5, 1.0]),
+)
+def test_tail_merge_only_coarsens(lens, heads, frac):
+    # Never more splits than without it (decode_split_bound still bounds device-split graphs),
+    # splits cover the longest sequence, and the last one is not a sliver unless unsplit.
+    b, n, m = len(lens), sum(lens), max(lens)
+    base = choose_split(n, m, heads, 132, 64, batch=b)
+    splits, tokens = choose_split(n, m, heads, 132, 64, batch=b, tail_merge=frac)
+    assert splits <= base[0] and tokens >= base[1]
+    assert splits == -(-m // tokens)
+    if splits > 1 and (splits, tokens) != base:
+        assert tokens % 64 == 0
+        assert (splits - 1) * tokens < m
