@@ -14,7 +14,8 @@
 #         2. ncu 16 x 2K: defaults vs deferred_row_sum (stall reasons, occupancy, registers)
 #         3. sweep on the 8 targets, 1 x 128K, the seed mix and 7 ragged batches (SDPA on the
 #            uniform ones), each config twice (second pass in reverse order)
-#         4. prefill, 16 / 64 tokens over 32K: the main launch and the split combine timed apart
+#         4. prefill, 16 / 64 tokens over 32K: the main launch and the split combine timed apart,
+#            and the combine with several splits per load (`combine_rows` / `combine_splits`)
 #         5. choose: a kernel config (not `_prepared`) whose target geo-mean is > 1% better than
 #            the defaults', no target or ragged batch > 1% slower, ragged geo-mean not slower
 # calib (call 2, only after a default changed): kernels.calibrate, every part but the NCCL
@@ -78,23 +79,27 @@ CONFIGS='[{}, {"_prepared": true}, {"deferred_row_sum": true},
   {"deferred_row_sum": true, "_rep": 2}, {"_prepared": true, "_rep": 2}, {"_rep": 2}]'
 timeout "$(left 150 50)" python3 -m kernels.bench --out "$OUT/bench_decode_sweep_s10.json" --sweep-sdpa \
   --sweep-shapes "$SHAPES" --decode-sweep "$CONFIGS" 2>&1 | tee -a "$log"
-step "prefill: 16 / 64 tokens over 32K, main launch and split combine apart"
-timeout "$(left 30 15)" python3 - <<'PY' 2>&1 | tee -a "$log"
+step "prefill: 16 / 64 tokens over 32K, main launch and split combine apart; combine variants"
+timeout "$(left 40 15)" python3 - <<'PY' 2>&1 | tee -a "$log"
 import json, os, torch
 from kernels.bench import bench_ms
-from kernels.bench_prefill import prefill_inputs
+from kernels.bench_prefill import check_prefill, prefill_inputs
 from kernels.paged_prefill import prepare_prefill
 rows = []
 for ctx, new in ((32768, 16), (32768, 64), (8192, 16)):
     q, kv, cu = prefill_inputs(ctx, new)
-    out = torch.full_like(q, float("nan"))
-    p = prepare_prefill(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, out=out)
-    row = {"ctx": ctx, "new": new, "work_class": p.plan.work_class, "launches": len(p.launches),
-           "full_ms": bench_ms(lambda: p.launch(kv.k_cache, kv.v_cache))}
-    for i, launch in enumerate(p.launches):
-        row[f"launch{i}_ms"] = bench_ms(lambda launch=launch: launch(q, kv.k_cache, kv.v_cache, out))
-    print(row, flush=True)
-    rows.append(row)
+    for knobs in ({}, {"combine_rows": 2, "combine_splits": 16}, {"combine_rows": 4, "combine_splits": 8}):
+        out = torch.full_like(q, float("nan"))
+        p = prepare_prefill(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu, out=out, **knobs)
+        p.launch(kv.k_cache, kv.v_cache)
+        err = check_prefill(q, kv, cu, out)
+        row = {"ctx": ctx, "new": new, "knobs": knobs, "work_class": p.plan.work_class,
+               "launches": len(p.launches), "rel_err": err,
+               "full_ms": bench_ms(lambda: p.launch(kv.k_cache, kv.v_cache))}
+        for i, launch in enumerate(p.launches):
+            row[f"launch{i}_ms"] = bench_ms(lambda launch=launch: launch(q, kv.k_cache, kv.v_cache, out))
+        print(row, flush=True)
+        rows.append(row)
 json.dump(rows, open(os.path.join(os.environ["OUT"], "prefill_parts_s10.json"), "w"), indent=1)
 PY
 step "choose (a kernel config; targets > 1% better, nothing > 1% worse)"

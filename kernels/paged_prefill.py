@@ -131,6 +131,12 @@ PREFILL_LAUNCH_CONFIGS: dict[str, dict[str, Any]] = {
 # 0.0147 -> 0.0235: one unsplit 512-token program per KV head) and equal at 4K x 8 KV heads.
 DECODE_ROUTE = True
 DECODE_ROUTE_MIN_KEYS = 32768
+# The split combine (one program per (tile, KV head, COMBINE_ROWS rows)) merges COMBINE_SPLITS
+# splits per step. Session 10 (opt-in): 16 new tokens over 32K are 16 splits of one 128-row
+# tile per KV head, i.e. 64 programs each loading 16 partials one after another; 2 rows x 16
+# splits a program gives 512 programs of one load each.
+COMBINE_ROWS = 16
+COMBINE_SPLITS = 1
 _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
 _COMB_COLS = 4  # req, q_start, first_slot, n_splits
 
@@ -377,6 +383,7 @@ def _prefill_combine_kernel(
     HEAD_DIM: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     BLOCK_R: tl.constexpr,  # rows of the tile per program (BLOCK_Q * GROUP_P is a multiple)
+    BLOCK_S: tl.constexpr = 1,  # splits merged per step (> 1: one [splits, rows, d] load each)
 ):
     pid = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -398,6 +405,35 @@ def _prefill_combine_kernel(
     m = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     wsum = tl.zeros([BLOCK_R], dtype=tl.float32)
     acc = tl.zeros([BLOCK_R, HEAD_DIM], dtype=tl.float32)
+    if BLOCK_S > 1:
+        # BLOCK_S splits' partials in one load, so a program's loads are not a chain of
+        # n_splits small ones (session 10, opt-in: COMBINE_SPLITS).
+        offs_s = tl.arange(0, BLOCK_S)
+        for s0 in range(0, n_splits, BLOCK_S):
+            sl = (first + s0 + offs_s).to(tl.int64)
+            ok = ((s0 + offs_s) < n_splits)[:, None] & row_ok[None, :]  # [BLOCK_S, BLOCK_R]
+            lse_s = tl.load(
+                part_lse_ptr + sl[:, None] * stride_pls + kv_head * stride_plh + offs_m[None, :],
+                mask=ok,
+                other=float("-inf"),
+            )
+            lse_s = tl.where(row_ok[None, :], lse_s, 0.0)  # rows outside the tile: finite
+            part_s = tl.load(
+                part_out_ptr
+                + sl[:, None, None] * stride_pos
+                + kv_head * stride_poh
+                + offs_m[None, :, None] * HEAD_DIM
+                + offs_d[None, None, :],
+                mask=ok[:, :, None],
+                other=0.0,
+            )
+            m_new = tl.maximum(m, tl.max(lse_s, axis=0))
+            a = tl.exp2(m - m_new)
+            w = tl.exp2(lse_s - m_new[None, :])  # 0 for splits past n_splits
+            acc = acc * a[:, None] + tl.sum(part_s * w[:, :, None], axis=0)
+            wsum = wsum * a + tl.sum(w, axis=0)
+            m = m_new
+        n_splits = 0  # merged: the one-split loop below runs no step
     for s in range(0, n_splits):
         sl = (first + s).to(tl.int64)
         lse = tl.load(
@@ -736,6 +772,8 @@ def prepare_prefill(
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
+    combine_rows: int = COMBINE_ROWS,
+    combine_splits: int = COMBINE_SPLITS,
 ) -> PrefillLaunch:
     """Chunked-prefill attention of each request's new tokens over its paged context + chunk,
     prepared once for every layer of a step.
@@ -746,7 +784,8 @@ def prepare_prefill(
     (with check_bounds=False, which skips the validation scans that also sync). The launch
     config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale, gluon) is the plan's unless
     given here. The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels
-    (kernels.paged_decode.PreparedAttention).
+    (kernels.paged_decode.PreparedAttention). `combine_rows` / `combine_splits` (powers of two):
+    the split combine's rows per program and splits merged per step (COMBINE_ROWS).
     """
     check_q_and_cache(q, k_cache, v_cache, "[total_new, num_q_heads, head_dim]")
     total_new, num_q_heads, head_dim = q.shape
@@ -776,6 +815,8 @@ def prepare_prefill(
     _check(cu_seqlens_q.stride(0) == 1, "cu_seqlens_q must be contiguous")
     out = checked_outputs(q, out, lse_out)
     group = num_q_heads // num_kv_heads
+    for name, n in (("combine_rows", combine_rows), ("combine_splits", combine_splits)):
+        _check(n >= 1 and n & (n - 1) == 0, f"{name} must be a power of two, got {n}")
 
     if check_bounds or plan is None:
         cu = cu_seqlens_q.to("cpu", torch.int64).numpy()
@@ -945,8 +986,8 @@ def prepare_prefill(
     launches = [main]
     if plan.n_slots:
         # Rows of a tile spread over programs: a 128-row tile's 8 programs per KV head each
-        # read their 16 rows of every split's partial.
-        block_r = max(1, min(16, plan.block_m // 2))
+        # read their 16 rows of every split's partial (COMBINE_ROWS).
+        block_r = max(1, min(combine_rows, plan.block_m // 2))
         combine = BoundLaunch(
             _prefill_combine_kernel,
             (plan.combine.shape[0], num_kv_heads, plan.block_m // block_r),
@@ -966,7 +1007,7 @@ def prepare_prefill(
                 part_lse.stride(0),
                 part_lse.stride(1),
             ],
-            dict(BLOCK_R=block_r, num_warps=4, **meta),
+            dict(BLOCK_R=block_r, BLOCK_S=combine_splits, num_warps=4, **meta),
             _SWAP_COMBINE,
         )
         launches.append(combine)

@@ -92,6 +92,23 @@ def test_gqa_ratios_and_key_splits(group, split):
     check(RAGGED_CTX, RAGGED_NEW, group=group, tokens_per_split=split, seed=group)
 
 
+@pytest.mark.parametrize("group", [1, 6, 8])
+@pytest.mark.parametrize("rows,splits", [(2, 16), (4, 2), (16, 4)])
+def test_split_combine_merges_several_splits_a_step(group, rows, splits):
+    # The combine with `splits` partials per load (session 10): split counts under, at and over
+    # a multiple of it (ragged contexts, 16-token splits), padded rows of a non-power-of-two
+    # group, lse too; the same answer as the reference and as the one-split-a-step merge.
+    args = (RAGGED_CTX, RAGGED_NEW)
+    kw = dict(group=group, tokens_per_split=16, seed=group)
+    err = check(*args, combine_rows=rows, combine_splits=splits, **kw)
+    assert abs(err - check(*args, **kw)) < 1e-3
+
+
+def test_split_combine_knobs_are_powers_of_two():
+    with pytest.raises(ValueError, match="combine_splits"):
+        check([16], [4], tokens_per_split=16, combine_splits=3)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_dtypes(dtype):
     check([7 * SCALE, 0], [30, 23], num_kv_heads=1, group=8, dtype=dtype)
