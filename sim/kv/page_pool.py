@@ -182,18 +182,24 @@ class PagePool:
     ) -> np.ndarray:
         """Drop one reference from each of `pages` (distinct), last read by a step ending at last_read_s.
 
-        At zero a page stays CACHED if indexed, else it is released. Returns the pages that hit zero.
+        At zero a page stays CACHED if indexed, else it is released. Returns the pages that hit zero
+        (`pages` itself, as an array, when all of them did: a request's own pages, none shared).
         """
         arr = np.asarray(pages, dtype=np.int64)
         counts = self.ref_count[arr] - 1  # pages are distinct: gather, change, scatter is exact
-        assert not counts.size or counts.min() >= 0, "reference count would go negative"
+        if counts.any():  # some pages keep a reader (shared prefix pages)
+            assert counts.min() >= 0, "reference count would go negative"
+            zero = arr[counts == 0]
+        else:
+            zero = arr
         self.ref_count[arr] = counts
         if last_read_s > -np.inf:
             until = last_read_s + self.race_window_s
-            self.read_until_s[arr] = np.maximum(self.read_until_s[arr], until)
-            if until > self.read_until_max:
+            if until >= self.read_until_max:  # no page is read later: each maximum is `until`
+                self.read_until_s[arr] = until
                 self.read_until_max = until
-        zero = arr[counts == 0]
+            else:
+                self.read_until_s[arr] = np.maximum(self.read_until_s[arr], until)
         if zero.size:
             self.num_used -= int(zero.size)
             self.release_epoch[zero] = self.epochs.epoch
