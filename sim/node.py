@@ -346,8 +346,11 @@ class Node(SchedulerQueues):
         Read now, the checks read what they would at its end: nothing but a step's end changes
         the batch, and new work from outside cuts the span (`submit`)."""
         seqs, scheduler = self._batch_seqs, self.scheduler
-        repeats = scheduler.decode_span(seqs)  # (apply, plan again) pairs from this step's end
-        if repeats < 1 or step_s <= 0.0 or not scheduler.can_repeat_decode(seqs):
+        if step_s <= 0.0 or scheduler.would_admit(len(seqs)):
+            return False
+        # (apply, plan again) pairs from this step's end; one or more: it repeats (decodes_fit)
+        repeats = scheduler.decode_span(seqs)
+        if repeats < 1:
             return False
         size, first = len(seqs), self._decode_sum  # step 1's context sum
         steps = repeats + 1  # step 1 and one planned by each repeat

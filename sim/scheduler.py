@@ -271,13 +271,15 @@ class Scheduler:
         return step
 
     def decode_span(self, seqs: list[Sequence]) -> int:
-        """For a batch decode of `seqs` that `can_repeat_decode` accepted: how many repeats in a
-        row, this one first, change only the node itself (no request finishing, new pages from
+        """For a batch decode of `seqs` in flight (with no admission attempt to follow): how many
+        repeats in a row, this one first, change only the node itself (no request finishing, new pages from
         the free list, nothing to reclaim; pages filled may be indexed): the node may then apply
         them later, in one pass (`repeat_decodes`), as long as nothing outside reads or changes
-        this node (its queues, its KV, its prefix index) meanwhile."""
+        this node (its queues, its KV, its prefix index) meanwhile. One or more implies
+        `decodes_fit(seqs)`: no request takes its first token or finishes at this step's end
+        (the limit), and every next token finds a page on the free list (the first pair's)."""
         span = self._decode_span
-        if span is None:
+        if span is None or not all([seq.num_generated for seq in seqs]):
             return 0
         limit = min([seq.req.output_tokens - seq.num_generated for seq in seqs]) - 1
         return span(seqs, limit)
