@@ -98,6 +98,12 @@ SINGLE_SEQUENCE_NUM_STAGES = 5
 # ragged batches within -1.2% .. +0.2%. At 1.5 a mildly ragged 64 x U(4K-8K) lost 2.2%.
 RESIDENT_PROGRAMS_PER_SM = 4
 WAVE_FIT = 1.15
+# Session 10 (opt-in, `wave_fit_used_slots`): the slack test against a balanced share of the
+# programs launched (batch x kv_heads x k) instead of all resident slots, i.e. only how ragged the
+# batch is (longest split vs the mean one). With all slots, a uniform batch whose k splits leave
+# slots idle (12 x 8 x 5 = 480 of 528) failed the test and fell back to the 16-per-SM rule: the
+# rule's speed jumped with the batch size between the calibration's power-of-two batches.
+WAVE_FIT_USED_SLOTS = False
 # Session 9 (opt-in, `one_wave` = resident programs per SM, with the batch's `lengths` on the
 # host): FlashInfer's decode planner's rule. While batch x kv_heads programs fit in one resident
 # wave (one_wave x SMs), the split length is the shortest (>= min_split_tokens) whose programs
@@ -492,6 +498,7 @@ def choose_split(
     lengths: Sequence[int] | None = None,
     one_wave_slack: float = 0.0,
     tail_merge: float = TAIL_MERGE,
+    wave_fit_used_slots: bool = WAVE_FIT_USED_SLOTS,
 ) -> tuple[int, int]:
     """Return (num_splits, tokens_per_split) for one launch.
 
@@ -504,6 +511,7 @@ def choose_split(
     see RESIDENT_PROGRAMS_PER_SM; `one_wave` > 0 with `lengths`: see ONE_WAVE (with
     `one_wave_slack` > 0 only where its longest split is within that factor of a balanced share,
     wave_fit's test on the real lengths). `tail_merge` > 0: see TAIL_MERGE.
+    `wave_fit_used_slots`: see WAVE_FIT_USED_SLOTS.
     """
     if one_wave > 0 and lengths is not None and len(lengths) > 1:
         slots = one_wave * num_sms
@@ -523,7 +531,14 @@ def choose_split(
     tokens = -(-tokens // block_n) * block_n
     if wave_fit > 0 and batch > 1:
         wave_tokens = _one_wave_tokens(
-            total_tokens, max_seq_len, batch, programs_per_seq, num_sms, block_n, wave_fit
+            total_tokens,
+            max_seq_len,
+            batch,
+            programs_per_seq,
+            num_sms,
+            block_n,
+            wave_fit,
+            wave_fit_used_slots,
         )
         tokens = max(tokens, wave_tokens)
     if tokens >= max_seq_len:
@@ -552,18 +567,21 @@ def _one_wave_tokens(
     num_sms: int,
     block_n: int,
     slack: float,
+    used_slots: bool = False,
 ) -> int:
     """The split length that keeps every program in one resident wave (each sequence in at most
     k = slots // (batch x programs_per_seq) splits of max_seq_len / k tokens), if that wave's
     longest program is within `slack` times a balanced share of the work (total_tokens x
-    programs_per_seq / slots); else 0 (keep the default rule's)."""
+    programs_per_seq / slots; with `used_slots`, / (batch x programs_per_seq x k), the programs
+    launched); else 0 (keep the default rule's)."""
     slots = RESIDENT_PROGRAMS_PER_SM * num_sms
     k = slots // (batch * programs_per_seq)
     if k < 1:
         return 0
     per_split = -(-max_seq_len // k)
     tokens = -(-per_split // block_n) * block_n
-    if tokens * slots > slack * total_tokens * programs_per_seq:
+    shares = batch * programs_per_seq * k if used_slots else slots
+    if tokens * shares > slack * total_tokens * programs_per_seq:
         return 0
     return tokens
 
@@ -610,6 +628,7 @@ def decode_splits(
     lengths: Sequence[int] | None = None,
     one_wave_slack: float = 0.0,
     tail_merge: float = TAIL_MERGE,
+    wave_fit_used_slots: bool = WAVE_FIT_USED_SLOTS,
 ) -> tuple[int, int]:
     """(num_splits, tokens_per_split) the grouped decode launcher picks for this batch: what a
     caller of the device-split mode writes into its `split_tensor`. The one-wave rule (opt-in,
@@ -630,6 +649,7 @@ def decode_splits(
         lengths,
         one_wave_slack,
         tail_merge,
+        wave_fit_used_slots,
     )
 
 
@@ -881,6 +901,7 @@ def prepare_decode(
     one_wave_slack: float = 0.0,
     deferred_row_sum: bool = DEFERRED_ROW_SUM,
     tail_merge: float = TAIL_MERGE,
+    wave_fit_used_slots: bool = WAVE_FIT_USED_SLOTS,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -912,7 +933,7 @@ def prepare_decode(
     `wave_fit` > 0: one wave of longer splits for near-uniform batches (RESIDENT_PROGRAMS_PER_SM).
     `one_wave` > 0 and `lengths` (the host's copy of seq_lens): FlashInfer's one-wave rule (ONE_WAVE).
     `deferred_row_sum`: see DEFERRED_ROW_SUM (same outputs up to fp32 summation order).
-    `tail_merge`: see TAIL_MERGE.
+    `tail_merge`: see TAIL_MERGE. `wave_fit_used_slots`: see WAVE_FIT_USED_SLOTS.
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -991,6 +1012,7 @@ def prepare_decode(
             lengths,
             one_wave_slack,
             tail_merge,
+            wave_fit_used_slots,
         )
     else:
         _check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")

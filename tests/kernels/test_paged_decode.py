@@ -415,3 +415,44 @@ def test_tail_merge_only_coarsens(lens, heads, frac):
     if splits > 1 and (splits, tokens) != base:
         assert tokens % 64 == 0
         assert (splits - 1) * tokens < m
+
+
+def test_wave_fit_on_used_slots():
+    # Uniform 4,500-token batches whose one-wave splits leave slots idle (12 x 8 x 5 = 480, 24 x
+    # 8 x 2 = 384, 48 x 8 = 384 of 528) fail wave_fit's test against all slots and take the
+    # 16-per-SM rule (9 x 512, 9 x 512, 6 x 832); tested against the programs launched they run
+    # one wave. Past one wave of unsplit sequences (98 x 8 > 528) nothing changes; a ragged
+    # batch (one 32K among 8K ones) keeps the finer splits either way.
+    for b, old, new in (
+        (12, (9, 512), (5, 960)),
+        (24, (9, 512), (2, 2304)),
+        (48, (6, 832), (1, 4500)),
+    ):
+        args = (b * 4500, 4500, 8, 132, 64)
+        assert choose_split(*args, batch=b) == old
+        assert choose_split(*args, batch=b, wave_fit_used_slots=True) == new
+    args = (98 * 4500, 4500, 8, 132, 64)
+    assert choose_split(*args, batch=98, wave_fit_used_slots=True) == choose_split(*args, batch=98)
+    ragged = [32768] + [8192] * 31
+    args = (sum(ragged), 32768, 8, 132, 64)
+    assert choose_split(*args, batch=32, wave_fit_used_slots=True) == choose_split(
+        *args, batch=32, wave_fit=0.0
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 40000), min_size=2, max_size=80),
+    st.sampled_from([1, 2, 8]),
+    st.sampled_from([1.0, 1.15, 1.5]),
+)
+def test_wave_fit_on_used_slots_only_coarsens_and_fills_one_wave(lens, heads, slack):
+    from kernels.paged_decode import RESIDENT_PROGRAMS_PER_SM
+
+    b, n, m = len(lens), sum(lens), max(lens)
+    base = choose_split(n, m, heads, 132, 64, batch=b, wave_fit=0.0)
+    fit = choose_split(n, m, heads, 132, 64, batch=b, wave_fit=slack, wave_fit_used_slots=True)
+    assert fit[0] <= base[0] and fit[1] >= base[1]
+    if fit != base:
+        programs = heads * sum(-(-x // fit[1]) for x in lens)
+        assert programs <= RESIDENT_PROGRAMS_PER_SM * 132
