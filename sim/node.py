@@ -154,17 +154,19 @@ class Node(SchedulerQueues):
 
     def free_tokens(self) -> int:
         """kv.free_tokens() as the step-by-step driver shows it now, without bringing a span up
-        to date: its steps not applied yet take only new pages from the free list."""
-        return self.scheduler.kv.free_tokens() - self._span_tokens()
+        to date: its steps not applied yet take only new pages from the free list (and the
+        first returns the pages retired before the span)."""
+        taken, returned = self._span_tokens()
+        return self.scheduler.kv.free_tokens() - taken + returned
 
     def used_tokens(self) -> int:
         """kv.used_tokens(), likewise."""
-        return self.scheduler.kv.used_tokens() + self._span_tokens()
+        return self.scheduler.kv.used_tokens() + self._span_tokens()[0]
 
     def free_and_used_tokens(self) -> tuple[int, int]:
         """(free_tokens(), used_tokens()), the span's pages counted once (the router's views)."""
-        kv, span = self.scheduler.kv, self._span_tokens()
-        return kv.free_tokens() - span, kv.used_tokens() + span
+        kv, (taken, returned) = self.scheduler.kv, self._span_tokens()
+        return kv.free_tokens() - taken + returned, kv.used_tokens() + taken
 
     def kv_usage(self) -> tuple[KVUsage, CacheCounters]:
         """(kv.usage(), kv.counters()) as the step-by-step driver shows them now; a span's
@@ -192,11 +194,16 @@ class Node(SchedulerQueues):
         if not stored.isdisjoint(keys):
             self._sync()
 
-    def _span_tokens(self) -> int:
+    def _span_tokens(self) -> tuple[int, int]:
+        """KV tokens the span's steps ended and not applied yet take from the free list, and
+        return to it (the pages retired before the span, at its first end)."""
         if not self.in_span:
-            return 0
+            return 0, 0
         pairs = self._span_index + 1 - self._span_applied  # steps ended, not applied
-        return self.scheduler.span_tokens(self._batch_seqs, pairs) if pairs > 0 else 0
+        if pairs <= 0:
+            return 0, 0
+        scheduler = self.scheduler
+        return scheduler.span_tokens(self._batch_seqs, pairs), scheduler.retired_tokens()
 
     @property
     def num_preemptions(self) -> int:
@@ -349,7 +356,7 @@ class Node(SchedulerQueues):
         if step_s <= 0.0 or scheduler.would_admit(len(seqs)):
             return False
         # (apply, plan again) pairs from this step's end; one or more: it repeats (decodes_fit)
-        repeats = scheduler.decode_span(seqs)
+        repeats = scheduler.decode_span(seqs, now + step_s)
         if repeats < 1:
             return False
         size, first = len(seqs), self._decode_sum  # step 1's context sum

@@ -270,24 +270,32 @@ class Scheduler:
         self._admit_waiting(step, self.cfg.max_num_batched_tokens - len(seqs), now)
         return step
 
-    def decode_span(self, seqs: list[Sequence]) -> int:
-        """For a batch decode of `seqs` in flight (with no admission attempt to follow): how many
-        repeats in a row, this one first, change only the node itself (no request finishing, new pages from
-        the free list, nothing to reclaim; pages filled may be indexed): the node may then apply
-        them later, in one pass (`repeat_decodes`), as long as nothing outside reads or changes
-        this node (its queues, its KV, its prefix index) meanwhile. One or more implies
-        `decodes_fit(seqs)`: no request takes its first token or finishes at this step's end
-        (the limit), and every next token finds a page on the free list (the first pair's)."""
+    def decode_span(self, seqs: list[Sequence], end_s: float) -> int:
+        """For a batch decode of `seqs` in flight until `end_s` (with no admission attempt to
+        follow): how many repeats in a row, this one first, change only the node itself (no
+        request finishing, new pages from the free list, nothing to reclaim after the first:
+        pages retired before it all return at its end; pages filled may be indexed): the node
+        may then apply them later, in one pass (`repeat_decodes`), as long as nothing outside
+        reads or changes this node (its queues, its KV, its prefix index) meanwhile. One or
+        more implies `decodes_fit(seqs)`: no request takes its first token or finishes at this
+        step's end (the limit), and every next token finds a page on the free list (the first
+        pair's)."""
         span = self._decode_span
         if span is None or not all([seq.num_generated for seq in seqs]):
             return 0
         limit = min([seq.req.output_tokens - seq.num_generated for seq in seqs]) - 1
-        return span(seqs, limit)
+        return span(seqs, limit, end_s)
 
     def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
         """KV tokens the next `pairs` repeats of a span take from the free list (not applied
-        yet): what the KV's free and used tokens move by when they are (`repeat_decodes`)."""
+        yet): what the KV's used tokens grow by when they are (`repeat_decodes`), and its free
+        tokens fall by, less `retired_tokens()`."""
         return self.kv.span_tokens(seqs, pairs)  # type: ignore[attr-defined]
+
+    def retired_tokens(self) -> int:
+        """KV tokens in retired pages: a span may start with some, which its first repeat
+        returns to the free list (`decode_span`)."""
+        return self.kv.retired_tokens()  # type: ignore[attr-defined]
 
     def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage | None:
         """The KV's usage once the next `pairs` repeats of a span are applied (not applied

@@ -177,8 +177,9 @@ class PagedKV:
 
     def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
         """Slots the next `pairs` (apply, plan again) pairs of a run `decode_span` allowed take
-        from the free list (whole new pages; the requests as last applied): what free_tokens()
-        and used_tokens() move by once they are applied (advance_decodes)."""
+        from the free list (whole new pages; the requests as last applied): what used_tokens()
+        grows by once they are applied (advance_decodes), and free_tokens() falls by, less
+        `retired_tokens()` (the first pair returns them)."""
         size = self.page_size
         pages = 0
         for seq in seqs:
@@ -201,14 +202,16 @@ class PagedKV:
                 keys.update(page_keys[seq.stored_pages : full].tolist())
         return keys
 
-    def decode_span(self, seqs: list[Sequence], limit: int) -> int:
+    def decode_span(self, seqs: list[Sequence], limit: int, first_end_s: float) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch, starting
-        with the step in flight, take their new pages from the free list with nothing retired to
-        reclaim (0 when the first already does more). Pages they fill may be indexed: nothing
+        with the step in flight (ending at `first_end_s`), take their new pages from the free
+        list with nothing retired to reclaim after the first pair (0 when the first already
+        does more): pages retired before it all return to the free list at its end, after the
+        pages the pairs take (they do not count). Pages they fill may be indexed: nothing
         but the node's own steps reads or changes its index while they run (the node applies
         them before anything else does), so `advance_decodes` indexes them later, in order."""
         pool = self.cache.pool
-        if pool.num_retired or limit <= 0:
+        if limit <= 0 or not pool.returns_all_at(first_end_s):
             return 0
         size, n = self.page_size, limit
         free = pool.num_free
@@ -241,7 +244,11 @@ class PagedKV:
         their own order (step by step, batch order within a step), at their own step's end."""
         d, size, batch = len(ends), self.page_size, len(seqs)
         pool = self.cache.pool
-        pool.end_epochs(ends)
+        if pool.num_retired:  # the span's first end returns them (decode_span), after the pages
+            pool.end_epoch(ends[0])  # it takes: the free list's tail
+            pool.end_epochs(ends[1:])
+        else:
+            pool.end_epochs(ends)
         self.live_tokens += d * batch
         last = ends[-1]
         allocs: list[int] = []  # pair * batch + batch position of each new page (sorts as both)
@@ -368,7 +375,8 @@ class PagedKV:
         return -(-total // self.page_size) * self.page_size <= usable
 
     def usage(self) -> KVUsage:
-        return self._usage(self.cache.pool.num_used, self.slot_tokens, self.held_tokens)
+        pool = self.cache.pool
+        return self._usage(pool.num_used, self.slot_tokens, self.held_tokens, pool.num_retired)
 
     def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage | None:
         """`usage()` once the next `pairs` (apply, plan again) pairs of a run `decode_span`
@@ -387,9 +395,16 @@ class PagedKV:
             if want > seq.kv_tokens:
                 held += want - seq.kv_tokens
         used = self.cache.pool.num_used + pages
-        return self._usage(used, self.slot_tokens + pages * size, self.held_tokens + held)
+        # nothing retired once a pair is applied (decode_span)
+        return self._usage(used, self.slot_tokens + pages * size, self.held_tokens + held, 0)
 
-    def _usage(self, num_used: int, slot_tokens: int, held_tokens: int) -> KVUsage:
+    def retired_tokens(self) -> int:
+        """Slots of the retired pages (held until their readers exit)."""
+        return self.cache.pool.num_retired * self.page_size
+
+    def _usage(
+        self, num_used: int, slot_tokens: int, held_tokens: int, num_retired: int
+    ) -> KVUsage:
         pool, pb, tb = self.cache.pool, self.cache.pool.page_bytes, self.token_bytes
         allocated = num_used * pb
         frag = (slot_tokens - held_tokens) * tb  # unused slots of requests' last pages
@@ -401,7 +416,7 @@ class PagedKV:
                 0, allocated - frag
             ),  # shared pages are full: only last pages have holes
             cached_bytes=pool.num_cached * pb,
-            retired_bytes=pool.num_retired * pb,
+            retired_bytes=num_retired * pb,
             fragmentation_bytes=frag,
             pool_bytes=pool.num_pages * pb,
             internal_frag_bytes=frag,
@@ -480,11 +495,15 @@ class ContiguousKV:
         """Reservations hold a span's tokens already: free and used tokens do not move."""
         return 0
 
+    def retired_tokens(self) -> int:
+        """Nothing is retired: a freed reservation is a hole at once."""
+        return 0
+
     def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
         """No prefix index: a span indexes nothing."""
         return set()
 
-    def decode_span(self, seqs: list[Sequence], limit: int) -> int:
+    def decode_span(self, seqs: list[Sequence], limit: int, first_end_s: float) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch fit in
         every reservation (see PagedKV.decode_span)."""
         for seq in seqs:

@@ -242,6 +242,12 @@ class PagePool:
         race = self.race_window_s
         self.epochs.finish_steps([now + race for now in ends] if race else ends)  # x + 0.0 == x
 
+    def returns_all_at(self, end_s: float) -> bool:
+        """Would `end_epoch(end_s)`, for the next step to end, put every retired page back on
+        the free list? Each was retired in an epoch before that step's; the readers of the
+        last (and so of every earlier one) must have exited by then."""
+        return not self._retired or self.epochs.exit_s(self._retired[-1][0]) <= end_s
+
     def reclaim_exited(self, now: float) -> int:
         """Memory is short: free retired pages whose readers have all exited, without waiting for
         the next step to end. Returns how many."""
