@@ -1,12 +1,13 @@
 """Where the decode-only steps' device time goes, per run: the served steps timed alone on the
 H200 against their price and against the engine's own GPU clock in the run.
 
-    python engine/runs/served_steps_table.py [--logs DIR] [--calibration FILE]
+    python engine/runs/served_steps_table.py [--round 7|8] [--calibration FILE]
 
-LOG_DIR (default logs/2026-11-30_served_batches_r7/) holds `engine.check --only
-decode_step_served` (whole graphed decode steps, all layers) and `--only decode_served` (one
-layer's decode attention) on `layouts_round7_ids.json` (served_layouts.py: 30 decode-only steps
-of each round-7 run), each step three ways: its own block tables on the pool's own page ids
+A round's log directory (round 7: logs/2026-11-30_served_batches_r7/, round 8:
+logs/2026-12-01_served_batches_r8/) holds `engine.check --only decode_step_served` (whole graphed
+decode steps, all layers) and `--only decode_served` (one layer's decode attention) on the
+round's layouts (served_layouts.py: 30 decode-only steps of each of its runs), each step three
+ways: its own block tables on the pool's own page ids
 (`served_ids`), the same lengths on distinct pages (`distinct`) and equal lengths at their mean
 (`equal`). Per run, medians over its steps of:
 - in run / alone: the engine's GPU time for the step in the run over the same step alone;
@@ -17,8 +18,9 @@ of each round-7 run), each step three ways: its own block tables on the pool's o
 - rest alone / priced: the whole step less 32 such layers over the GEMM and LM-head prices;
 - whole alone / priced: the distinct-pages step over its whole price.
 Prices are the calibration's, device time scale 1: `--calibration` the file the steps were timed
-against (default: the one in kernels/calibration/; the 2026-11-30 23:28 UTC timing ran the
-decode kernel of 942db55, priced by that commit's h200.json:
+against (default: the one in kernels/calibration/, the kernel round 8 served and the
+2026-12-01 01:40 UTC timing ran; the 2026-11-30 23:28 UTC timing of round 7 ran the decode
+kernel of 942db55, priced by that commit's h200.json:
 `git show 942db55:kernels/calibration/h200.json > FILE`).
 """
 
@@ -38,8 +40,21 @@ from sim.latency.base import StepPlan
 from sim.latency.factory import make_latency_model
 
 RUNS = Path(__file__).resolve().parent
-LOGS = RUNS / "logs" / "2026-11-30_served_batches_r7"
-LAYOUTS = RUNS / "logs" / "2026-11-30_served_batches" / "layouts_round7_ids.json"
+# round -> (its runs, the timings' directory, its layouts, the timings' file suffix)
+ROUNDS = {
+    7: (
+        RUNS / "round7",
+        RUNS / "logs" / "2026-11-30_served_batches_r7",
+        RUNS / "logs" / "2026-11-30_served_batches" / "layouts_round7_ids.json",
+        "r7",
+    ),
+    8: (
+        RUNS,
+        RUNS / "logs" / "2026-12-01_served_batches_r8",
+        RUNS / "logs" / "2026-12-01_served_batches_r8" / "layouts_round8_ids.json",
+        "r8",
+    ),
+}
 NONE = np.zeros(0, dtype=np.int64)
 
 
@@ -58,9 +73,13 @@ def _models(run: EngineRun, calibration: Path | None):
 
 
 def _rows(
-    run: str, layouts: list[dict], steps: list[dict], layers: list[dict], calibration: Path | None
+    run_dir: Path,
+    layouts: list[dict],
+    steps: list[dict],
+    layers: list[dict],
+    calibration: Path | None,
 ) -> pd.DataFrame:
-    engine_run = load_engine_run(RUNS / "round7" / run)
+    engine_run = load_engine_run(run_dir)
     (hbm, l2), num_layers = _models(engine_run, calibration)
     gpu_s = engine_run.steps.gpu_s.to_numpy()
     rows = []
@@ -87,14 +106,17 @@ def _rows(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--logs", type=Path, default=LOGS)
+    ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=8)
     ap.add_argument("--calibration", type=Path)
     args = ap.parse_args()
-    layouts = json.loads(LAYOUTS.read_text())
-    whole = json.loads((args.logs / "decode_step_served_r7.json").read_text())
-    layer = json.loads((args.logs / "decode_served_r7.json").read_text())
+    runs, logs, layouts_file, suffix = ROUNDS[args.round]
+    layouts = json.loads(layouts_file.read_text())
+    whole = json.loads((logs / f"decode_step_served_{suffix}.json").read_text())
+    layer = json.loads((logs / f"decode_served_{suffix}.json").read_text())
     table = {
-        run: _rows(run, layouts[run]["steps"], whole[run], layer[run], args.calibration).median()
+        run: _rows(
+            runs / run, layouts[run]["steps"], whole[run], layer[run], args.calibration
+        ).median()
         for run in layouts
         if run in whole
     }
