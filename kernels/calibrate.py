@@ -79,7 +79,11 @@ GEMM_TOKENS = (
     16384,
 )
 LM_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Off the powers of two too (session 10): the split rule's speed is not linear in the batch
+# between them (wave_fit's one-wave splits fill the resident slots at 16 / 32 / 64 sequences
+# x 8 KV heads; 40 x 8 = 320 programs are too few for one wave, 96 x 8 too many), and the
+# simulator interpolates the table bilinearly.
+DECODE_BATCH = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 96, 128, 256)
 DECODE_CONTEXT = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 PREFILL_NEW = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
 PREFILL_CONTEXT = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768)

@@ -98,12 +98,20 @@ SINGLE_SEQUENCE_NUM_STAGES = 5
 # ragged batches within -1.2% .. +0.2%. At 1.5 a mildly ragged 64 x U(4K-8K) lost 2.2%.
 RESIDENT_PROGRAMS_PER_SM = 4
 WAVE_FIT = 1.15
-# Session 10 (opt-in, `wave_fit_used_slots`): the slack test against a balanced share of the
+# Session 10 (`wave_fit_used_slots`, default on): the slack test against a balanced share of the
 # programs launched (batch x kv_heads x k) instead of all resident slots, i.e. only how ragged the
-# batch is (longest split vs the mean one). With all slots, a uniform batch whose k splits leave
-# slots idle (12 x 8 x 5 = 480 of 528) failed the test and fell back to the 16-per-SM rule: the
-# rule's speed jumped with the batch size between the calibration's power-of-two batches.
-WAVE_FIT_USED_SLOTS = False
+# batch is (longest split vs the mean one), once the wave fills at least WAVE_FIT_MIN_FILL of
+# the slots. With all slots, a uniform batch whose k splits leave slots idle (12 x 8 x 5 = 480
+# of 528) failed the test and fell back to the 16-per-SM rule: the speed jumped with the batch
+# size between the calibration's power-of-two batches (the lead's round-8 steps timed alone:
+# 1.078x the table at batches 12-98). H200 sweep of 2026-12-01 01:53 UTC
+# (measurements/bench_decode_sweep_s10.json), ms, all slots -> used slots: 12 x 4,500 0.0794 ->
+# 0.0720 (480 of 528 slots), 25 x 4,500 0.1414 -> 0.1308 (400), 48 x 4,500 0.2324 -> 0.2164
+# (384), 24 x 2K 0.0760 -> 0.0668 (384); 40 x 8K 0.3270 -> 0.3410 (320: too few programs in
+# flight), hence the fill floor; the 8 targets, 1 x 128K, the seed mix and 7 ragged batches
+# within +-0.2%.
+WAVE_FIT_USED_SLOTS = True
+WAVE_FIT_MIN_FILL = 2 / 3
 # Session 9 (opt-in, `one_wave` = resident programs per SM, with the batch's `lengths` on the
 # host): FlashInfer's decode planner's rule. While batch x kv_heads programs fit in one resident
 # wave (one_wave x SMs), the split length is the shortest (>= min_split_tokens) whose programs
@@ -114,13 +122,15 @@ ONE_WAVE = 0
 # than f x tokens_per_split tokens, cut it into one split fewer, of equal length (no program and
 # partial for a sliver: 256 x 8K cut at 8,000 tokens ran 2,048 programs of 192 tokens).
 TAIL_MERGE = 0.0
-# Session 10 (opt-in, `deferred_row_sum`): the score tile is split over the 4 warps along the
-# keys, so every row reduction crosses warps (shared memory and CTA barriers: 9 barriers per
-# tile in the sm_90 compile). Keeping each thread's share of the row sums as a [rows, keys]
+# Session 10 (`deferred_row_sum`, default on): the score tile is split over the 4 warps along
+# the keys, so every row reduction crosses warps (shared memory and CTA barriers: 9 barriers
+# per tile in the sm_90 compile). Keeping each thread's share of the row sums as a [rows, keys]
 # tile rescaled like the accumulator, summed once after the loop, leaves the row max as the
 # only cross-warp reduction per tile (6 barriers; 127 registers instead of 117, still 4
-# programs per SM).
-DEFERRED_ROW_SUM = False
+# programs per SM). H200 sweep of 2026-12-01 01:53 UTC, two passes each: the seed mix 0.7249
+# -> 0.7202 ms, 7 ragged batches -0.2 .. -0.7%, the 8 targets -0.1% (16 x 32K -0.3%), 12 x
+# 4,500 -1.4%; never slower by more than 0.14%.
+DEFERRED_ROW_SUM = True
 MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
@@ -573,14 +583,18 @@ def _one_wave_tokens(
     k = slots // (batch x programs_per_seq) splits of max_seq_len / k tokens), if that wave's
     longest program is within `slack` times a balanced share of the work (total_tokens x
     programs_per_seq / slots; with `used_slots`, / (batch x programs_per_seq x k), the programs
-    launched); else 0 (keep the default rule's)."""
+    launched, which must fill WAVE_FIT_MIN_FILL of the slots); else 0 (keep the default rule's)."""
     slots = RESIDENT_PROGRAMS_PER_SM * num_sms
     k = slots // (batch * programs_per_seq)
     if k < 1:
         return 0
     per_split = -(-max_seq_len // k)
     tokens = -(-per_split // block_n) * block_n
-    shares = batch * programs_per_seq * k if used_slots else slots
+    shares = slots
+    if used_slots:
+        shares = batch * programs_per_seq * k
+        if shares < WAVE_FIT_MIN_FILL * slots:
+            return 0
     if tokens * shares > slack * total_tokens * programs_per_seq:
         return 0
     return tokens

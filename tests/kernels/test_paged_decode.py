@@ -429,10 +429,14 @@ def test_wave_fit_on_used_slots():
         (48, (6, 832), (1, 4500)),
     ):
         args = (b * 4500, 4500, 8, 132, 64)
-        assert choose_split(*args, batch=b) == old
+        assert choose_split(*args, batch=b, wave_fit_used_slots=False) == old
         assert choose_split(*args, batch=b, wave_fit_used_slots=True) == new
+        assert choose_split(*args, batch=b) == new  # the default since session 10
     args = (98 * 4500, 4500, 8, 132, 64)
-    assert choose_split(*args, batch=98, wave_fit_used_slots=True) == choose_split(*args, batch=98)
+    assert choose_split(*args, batch=98) == choose_split(*args, batch=98, wave_fit_used_slots=False)
+    # A wave under WAVE_FIT_MIN_FILL of the slots (40 x 8 = 320 of 528) keeps the finer splits.
+    args = (40 * 8192, 8192, 8, 132, 64)
+    assert choose_split(*args, batch=40) == choose_split(*args, batch=40, wave_fit=0.0) == (7, 1280)
     ragged = [32768] + [8192] * 31
     args = (sum(ragged), 32768, 8, 132, 64)
     assert choose_split(*args, batch=32, wave_fit_used_slots=True) == choose_split(
