@@ -42,18 +42,18 @@ SHAPES='["16x2K", "16x8K", "16x32K", "64x2K", "64x8K", "64x32K", "256x2K", "256x
 # wave_fit rejects, priced at the one-wave speed of their grid neighbours).
 OFFGRID='"12x4500", "25x4500", "48x4500", "98x4500", "24x2K", "40x8K"'
 if [ "$mode" = calib ]; then
-  device_start 420
+  device_start 480
   step "pytest (GPU): decode kernel and split rules, prepared launches, cascade (subset)"
-  timeout "$(left 60 330)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_decode.py \
+  timeout "$(left 60 400)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_decode.py \
     tests/kernels/test_prepared_launch.py tests/kernels/test_cascade_decode.py \
     -k "deferred or used_slots or wave or fused or gqa or decode_splits or cascade" 2>&1 | tail -n 8 | tee -a "$log"
   step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12 (defaults)"
   cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-  timeout "$(left 260 100)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
+  timeout "$(left 340 80)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
     --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" \
     2>&1 | tee -a "$log"
   step "decode targets vs SDPA: new defaults, their prepared launch, session 9's defaults"
-  timeout "$(left 100 0)" python3 -m kernels.bench --out "$OUT/bench_decode_s10_call2.json" \
+  timeout "$(left 80 0)" python3 -m kernels.bench --out "$OUT/bench_decode_s10_call2.json" \
     --sweep-sdpa --sweep-shapes "${SHAPES%]}, $OFFGRID]" --decode-sweep '[{}, {"_prepared": true},
     {"wave_fit_used_slots": false, "deferred_row_sum": false, "_batch1": false},
     {"num_warps": 2}]' 2>&1 | tee -a "$log"
