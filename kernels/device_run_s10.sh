@@ -25,8 +25,7 @@
 #         wave_fit_used_slots, and decode_attn's batch grid gained 12 / 24 / 40 / 48 / 96):
 #         GPU tests, kernels.calibrate, every part but the NCCL all-reduce, --fidelity 30
 #         --fidelity-extra 12 (one machine, as session 9), then the decode targets and the
-#         off-grid batches vs SDPA with the new defaults and session 9's (and 2 warps: call 1
-#         had them faster on uniform batches, slower on ragged ones)
+#         off-grid batches vs SDPA with the new defaults and session 9's
 mode=${1:-sweep}
 . "$(dirname "$0")/device_budget.sh"
 SHAPES='["16x2K", "16x8K", "16x32K", "64x2K", "64x8K", "64x32K", "256x2K", "256x8K", "1x128K",
@@ -42,21 +41,19 @@ SHAPES='["16x2K", "16x8K", "16x32K", "64x2K", "64x8K", "64x32K", "256x2K", "256x
 # wave_fit rejects, priced at the one-wave speed of their grid neighbours).
 OFFGRID='"12x4500", "25x4500", "48x4500", "98x4500", "24x2K", "40x8K"'
 if [ "$mode" = calib ]; then
-  device_start 480
-  step "pytest (GPU): decode kernel and split rules, prepared launches, cascade (subset)"
-  timeout "$(left 60 400)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_decode.py \
-    tests/kernels/test_prepared_launch.py tests/kernels/test_cascade_decode.py \
-    -k "deferred or used_slots or wave or fused or gqa or decode_splits or cascade" 2>&1 | tail -n 8 | tee -a "$log"
+  device_start 380
+  step "pytest (GPU): the new decode defaults, cascade decode (subset; call 1 ran the variants')"
+  timeout "$(left 40 330)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_decode.py \
+    tests/kernels/test_cascade_decode.py -k "deferred or used_slots or cascade" 2>&1 | tail -n 8 | tee -a "$log"
   step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12 (defaults)"
   cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-  timeout "$(left 340 80)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
+  timeout "$(left 300 45)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
     --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" \
     2>&1 | tee -a "$log"
   step "decode targets vs SDPA: new defaults, their prepared launch, session 9's defaults"
-  timeout "$(left 80 0)" python3 -m kernels.bench --out "$OUT/bench_decode_s10_call2.json" \
+  timeout "$(left 60 0)" python3 -m kernels.bench --out "$OUT/bench_decode_s10_call2.json" \
     --sweep-sdpa --sweep-shapes "${SHAPES%]}, $OFFGRID]" --decode-sweep '[{}, {"_prepared": true},
-    {"wave_fit_used_slots": false, "deferred_row_sum": false, "_batch1": false},
-    {"num_warps": 2}]' 2>&1 | tee -a "$log"
+    {"wave_fit_used_slots": false, "deferred_row_sum": false, "_batch1": false}]' 2>&1 | tee -a "$log"
   step "done"
   exit 0
 fi
