@@ -33,7 +33,7 @@ SPIN_S = 0.0005  # sleep until this close to an arrival, then spin (sleep oversh
 @dataclass
 class RunResult:
     sequences: list = field(default_factory=list)
-    steps: list[tuple] = field(default_factory=list)  # sim.steps.step_row + gpu_s, prep_s, sched_s
+    steps: list[tuple] = field(default_factory=list)  # step_row + engine.runner.ENGINE_STEP_COLUMNS
     wall_s: float = 0.0
     series: Recorder | None = None  # timeseries.csv rows, sampled as the simulator samples
 
@@ -146,10 +146,16 @@ class WallClockDriver:
             self._next_sample += interval
 
     def _loop(self, arrivals: Callable[[float], float | None]) -> RunResult:
+        """Plan, run and apply steps until the run ends. Each step's row records, besides the
+        executor's timing, the host time around it on its own clock: planning it (`plan_s`),
+        applying it (`apply_s`; `sched_s` is the two together) and the loop's own work that
+        belongs to it (`loop_s`: the time-series samples and arrivals taken in before it is
+        planned, or right after in a closed loop, and handing its finished requests back)."""
         self._t0 = time.perf_counter()
         if self.sampler is not None:
             self.result.series = self.sampler[0]
         while True:
+            loop_t = time.perf_counter()
             now = self.now()
             if now >= self.duration_s:
                 break
@@ -160,10 +166,13 @@ class WallClockDriver:
             if self._exhausted and not self.scheduler.has_work():
                 break  # a finite workload is done before duration_s
             t = time.perf_counter()
+            loop_s = t - loop_t
             step = self.scheduler.schedule(self.now())
-            sched_s = time.perf_counter() - t
+            plan_s = time.perf_counter() - t
             if late:
+                t = time.perf_counter()
                 next_arrival = arrivals(self.now())
+                loop_s += time.perf_counter() - t
             if not step.items:
                 if late and self.scheduler.has_work():
                     continue  # an idle node plans what its clients just sent
@@ -177,12 +186,15 @@ class WallClockDriver:
             row = step_row(0, len(self.result.steps), start, timing.duration_s, step)
             t = time.perf_counter()
             finished = self.scheduler.apply(step, end)
-            sched_s += time.perf_counter() - t
-            self.result.steps.append((*row, timing.gpu_s, timing.prep_s, sched_s))
+            apply_s = time.perf_counter() - t
+            t = time.perf_counter()
             for seq in finished:
                 self.executor.forget(seq)
                 if self._on_done is not None:
                     self._on_done(seq)
+            loop_s += time.perf_counter() - t
+            timings = (timing.gpu_s, timing.prep_s, plan_s + apply_s, plan_s, apply_s, loop_s)
+            self.result.steps.append((*row, *timings))
         self.result.wall_s = self.now()
         return self.result
 

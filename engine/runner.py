@@ -37,7 +37,7 @@ from engine.model import PagedModel, greedy
 from engine.piecewise import MixedGraphs
 
 # Engine columns appended to sim.steps.STEP_COLUMNS in steps.csv.
-ENGINE_STEP_COLUMNS = ["gpu_s", "prep_s", "sched_s"]
+ENGINE_STEP_COLUMNS = ["gpu_s", "prep_s", "sched_s", "plan_s", "apply_s", "loop_s"]
 
 
 @dataclass(slots=True)

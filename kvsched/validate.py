@@ -136,7 +136,10 @@ STEP_FIELDS = {
 }
 # The engine's own columns (engine.runner.ENGINE_STEP_COLUMNS), checked where present: the
 # overhead fit reads them (a simulated run has none).
-ENGINE_STEP_FIELDS = {"gpu_s": ("float", 0.0), "prep_s": ("float", 0.0), "sched_s": ("float", 0.0)}
+# plan_s, apply_s, loop_s: since round 9 (sched_s = plan_s + apply_s; engine/driver.py).
+ENGINE_STEP_FIELDS = {
+    name: ("float", 0.0) for name in ("gpu_s", "prep_s", "sched_s", "plan_s", "apply_s", "loop_s")
+}
 
 
 def _read_table(

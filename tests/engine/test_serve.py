@@ -94,6 +94,9 @@ def test_engine_run_matches_reference_and_counts_cache_hits(tmp_path, monkeypatc
     assert list(requests.columns) == REQUEST_COLUMNS
     assert list(steps.columns) == STEP_COLUMNS + ENGINE_STEP_COLUMNS
     assert len(steps) == eng["num_steps"] > 0
+    # the host time around each step, split (rounded to 6 decimals when written)
+    assert (steps[["plan_s", "apply_s", "loop_s"]] >= 0).all().all()
+    assert (steps.sched_s - steps.plan_s - steps.apply_s).abs().max() <= 2e-6
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["arms"]["engine"]
     assert requests.cached_tokens.max() >= 32  # two full pages of a group's system prompt
     assert steps.cached_tokens.sum() == requests.cached_tokens.sum()
