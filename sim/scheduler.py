@@ -308,13 +308,9 @@ class Scheduler:
 
     def repeat_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
         """`repeat_decode(seqs, now)` at each of these times, in order, for a run `decode_span`
-        allowed: the same end state."""
+        allowed: the same end state (the KV counts the requests' tokens too)."""
         self.kv.advance_decodes(seqs, ends)  # type: ignore[attr-defined]
-        d = len(ends)
-        for seq in seqs:
-            seq.num_computed += d
-            seq.num_generated += d
-        self.num_planned += d
+        self.num_planned += len(ends)
 
     def finish(self, seq: Sequence, now: float) -> None:
         self.running.remove(seq)

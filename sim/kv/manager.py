@@ -238,8 +238,9 @@ class PagedKV:
 
     def advance_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
         """For a run `decode_span` allowed, at each of these times in order: `end_step`, each
-        request's `on_computed(1)`, then each one's `grow(1)`; the same end state in one pass.
-        Called before the requests' num_computed counts these steps. The pool and the prefix
+        request's `on_computed(1)`, then each one's `grow(1)`; the same end state in one pass,
+        each request's computed and generated tokens counted (Scheduler.repeat_decodes' whole
+        work on the requests). The pool and the prefix
         index share no state, so the pages taken and the pages indexed are each replayed in
         their own order (step by step, batch order within a step), at their own step's end."""
         d, size, batch = len(ends), self.page_size, len(seqs)
@@ -253,13 +254,14 @@ class PagedKV:
         last = ends[-1]
         allocs: list[int] = []  # pair * batch + batch position of each new page (sorts as both)
         stores: list[tuple[int, int, int]] = []  # (pair, batch position, full pages after it)
-        index = self.cache.prefix_cache
+        index, outputs = self.cache.prefix_cache, self.cache_outputs
+        stride, held = size * batch, 0
         for b, seq in enumerate(seqs):
             c = seq.num_computed
-            computed = c + d
+            computed = seq.num_computed = c + d
+            seq.num_generated += d
             seq.last_read_s = last
-            limit = computed if self.cache_outputs else min(computed, seq.prompt_tokens)
-            full = limit // size
+            full = (computed if outputs else min(computed, seq.prompt_tokens)) // size
             if full > seq.stored_pages:
                 if index and seq.cacheable:
                     stores.extend(self._stores_of(b, c, seq.stored_pages, full))
@@ -268,10 +270,11 @@ class PagedKV:
             want = computed + 1
             # page q is first needed by pair q * size - c - 1
             first = (len(seq.pages) * size - c - 1) * batch + b
-            allocs.extend(range(first, (-(-want // size) * size - c - 1) * batch, size * batch))
+            allocs.extend(range(first, (-(-want // size) * size - c - 1) * batch, stride))
             if want > seq.kv_tokens:
-                self.held_tokens += want - seq.kv_tokens
+                held += want - seq.kv_tokens
                 seq.kv_tokens = want
+        self.held_tokens += held
         if allocs:
             allocs.sort()
             if ends[allocs[0] // batch] >= pool.read_until_max:  # no old reader runs: no test
@@ -511,8 +514,13 @@ class ContiguousKV:
         return max(0, limit)
 
     def advance_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
-        """`end_step`, `on_computed(1)` and `grow(1)` for each of these times (see PagedKV)."""
-        self.live_tokens += len(ends) * len(seqs)
+        """`end_step`, `on_computed(1)` and `grow(1)` for each of these times, each request's
+        computed and generated tokens counted (see PagedKV)."""
+        d = len(ends)
+        for seq in seqs:
+            seq.num_computed += d
+            seq.num_generated += d
+        self.live_tokens += d * len(seqs)
 
     def repeat_decode(self, seqs: list[Sequence], now: float) -> None:
         """Scheduler.repeat_decode's work: one more token each (reservations hold them)."""
