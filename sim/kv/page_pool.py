@@ -39,8 +39,9 @@ FREE, USED, CACHED, RETIRED = (int(s) for s in PageState)
 
 # Page ids as Python ints, one shared object per id (a cache of immutable values, the same for
 # every pool): block tables and the prefix index's slots hold an id per page, millions of them
-# at hundreds of nodes, and a fresh int from `tolist()` costs 32 bytes each.
-_PAGE_IDS: list[int] = []
+# at hundreds of nodes, and a fresh int from `tolist()` costs 32 bytes each. An object array:
+# `_PAGE_IDS[pages].tolist()` hands out the shared ints in one C pass (3x a list's lookups).
+_PAGE_IDS = np.zeros(0, dtype=object)
 # allocate / allocate_at take up to this many pages with scalar reads and writes (numpy's
 # per-call cost exceeds a few scalar ones), more in one numpy pass.
 ALLOCATE_AT_SCALAR_MAX = 8
@@ -48,8 +49,15 @@ ALLOCATE_AT_SCALAR_MAX = 8
 
 def page_ids(pages: np.ndarray) -> list[int]:
     """`pages.tolist()`, each id as its shared int object."""
-    ids = _PAGE_IDS
-    return [ids[p] for p in pages.tolist()]
+    return _PAGE_IDS[pages].tolist()
+
+
+def _share_page_ids(num_pages: int) -> None:
+    """Ids 0 .. num_pages - 1 get their shared objects (those handed out already are kept)."""
+    global _PAGE_IDS
+    have = _PAGE_IDS.shape[0]
+    if num_pages > have:
+        _PAGE_IDS = np.concatenate([_PAGE_IDS, np.array(range(have, num_pages), dtype=object)])
 
 
 class PagePool:
@@ -62,7 +70,7 @@ class PagePool:
         race_window_s: float = 0.0,
     ):
         assert num_pages > 0 and race_window_s >= 0
-        _PAGE_IDS.extend(range(len(_PAGE_IDS), num_pages))
+        _share_page_ids(num_pages)
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_bytes = page_bytes
@@ -145,17 +153,13 @@ class PagePool:
         `allocate_at` with it, or at or after `read_until_max` (no old reader still runs)."""
         assert n <= self.num_free, "take() without enough free pages"
         head, num_pages = self._head, self.num_pages
+        arr = self._ring_slice(head, n)
+        pages = page_ids(arr)
         if n > ALLOCATE_AT_SCALAR_MAX:
-            arr = self._ring_slice(head, n)
             self.ref_count[arr] = 1
             self.state[arr] = USED
-            pages = page_ids(arr)
         else:
-            ids, ring, ref_count, state = _PAGE_IDS, self._ring, self.ref_count, self.state
-            if head + n <= num_pages:  # no wrap: one read of the ring
-                pages = [ids[p] for p in ring[head : head + n].tolist()]
-            else:
-                pages = [ids[int(ring[(head + i) % num_pages])] for i in range(n)]
+            ref_count, state = self.ref_count, self.state
             for page in pages:
                 ref_count[page] = 1
                 state[page] = USED
