@@ -33,6 +33,8 @@ class LRU:
     def __init__(self, params: NoParams):
         pass
 
+    reads = ("last_access_s",)  # the statistics its priority reads (sim/kv/shortlist.py)
+
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         return stats.last_access_s[pages]
 
@@ -52,6 +54,8 @@ class LFU:
     def __init__(self, params: NoParams):
         pass
 
+    reads = ("hit_count",)
+
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         return stats.hit_count[pages].astype(np.float64)
 
@@ -70,6 +74,8 @@ class FIFO:
 
     def __init__(self, params: NoParams):
         pass
+
+    reads = ("created_s",)
 
     def priority(self, stats: PageStats, pages: np.ndarray, now: float) -> np.ndarray:
         return stats.created_s[pages]
@@ -92,6 +98,7 @@ class Scored:
     prefix_tokens / 1000, where prefix_tokens is the longest cached prefix through the page."""
 
     Params = ScoredParams
+    reads = ("last_access_s", "hit_count", "prefix_pages")
 
     def __init__(self, params: ScoredParams):
         self.p = params

@@ -152,6 +152,8 @@ class PagedKVCache:
         match = self.index.match(keys, prompt, max_pages)
         if match.pages:
             self.pool.ref_many(match.pages)
+            if self._shortlist is not None:  # held again: no longer evictable as listed
+                self._shortlist.unlist(match.pages)
         if record:
             self.record_hit(match.pages, now, first_admission)
         return match
@@ -378,7 +380,8 @@ class PagedKVCache:
                 outside = np.ones(self.pool.num_pages, dtype=bool)
                 outside[pages] = False
                 floor = self._lowest_floor(candidates[outside[candidates]])
-            shortlist.restart(pages, priority, bound, floor, now, self._cached_unsafe(now), zone)
+            waiting = self._cached_unsafe(now)
+            shortlist.restart(pages, priority, bound, floor, now, waiting, zone, self.stats)
         return self._pick(pages, priority, k)
 
     def _queue_ranked(
@@ -453,30 +456,107 @@ class PagedKVCache:
         """The `want` lowest evictable pages from the shortlist, when it is sure to hold them
         (None: a full round must decide)."""
         shortlist = self._shortlist
-        if shortlist is None or shortlist.pages is None:
+        if shortlist is None or shortlist.groups is None:
             return None
         zone = self.protected_pages()
-        pages = self._once_each(shortlist.to_score(zone))
-        evictable, unsafe = self._evictable(pages, zone, now)
-        cached = evictable | unsafe  # the others join again when released
-        pages, evictable = pages[cached], evictable[cached]
-        self.index.prefix.settle_any(pages)  # prefix_pages as the policy must read them
-        priority = self._priority(pages, now)  # a page's own statistics
-        bound = shortlist.bound_at(now)
-        stay = priority < bound  # the others stay out, as the pages left out did ...
-        if self._floor is not None and not stay.all():  # ... if their floors are as high
-            rest = np.flatnonzero(~stay)  # (the same floats: a floor is the page's own)
-            stay[rest] = np.asarray(self._floor(self.stats, pages[rest])) < shortlist.floor
-        keep = np.flatnonzero(stay)
-        waiting = pages[keep[~evictable[keep]]]
-        keep = keep[evictable[keep]]
-        pages, priority = pages[keep], priority[keep]
-        kth = np.partition(priority, want - 1)[want - 1] if pages.size >= want else None
-        if kth is None or not kth < below(bound):
+        victims = None
+        if self._rejoin(shortlist, zone, now):
+            victims = self._take_lowest(shortlist, want, zone, now)
+        if victims is None:
             shortlist.pages = None
+        return victims
+
+    def _rejoin(self, shortlist: Shortlist, zone: np.ndarray, now: float) -> bool:
+        """The pages that may have become evictable since the last round: the evictable ones
+        join the shortlist in new groups, those a reader may still hold wait. False: one is
+        still listed (its entry may be stale)."""
+        fresh = shortlist.fresh(zone)
+        if fresh.size == 0:
+            return True
+        fresh = self._once_each(fresh)
+        if (shortlist.owner[fresh] >= 0).any():
+            return False
+        evictable, unsafe = self._evictable(fresh, zone, now)
+        shortlist.waiting = fresh[unsafe]
+        joined = fresh[evictable]
+        if joined.size:
+            self.index.prefix.settle_any(joined)  # prefix_pages as the policy must read them
+            shortlist.add(joined, self.stats)
+        return True
+
+    def _take_lowest(
+        self, shortlist: Shortlist, want: int, zone: np.ndarray, now: float
+    ) -> np.ndarray | None:
+        """The `want` lowest pages of the shortlist's groups, lowest priority first (ties:
+        deeper, then lower id), when every page left out is sure to score above them and
+        those taken are still as listed (None: a full round must decide)."""
+        assert shortlist.groups is not None
+        stats = shortlist.stats()
+        priority = np.asarray(
+            self.eviction.priority(stats, np.arange(len(shortlist.groups)), now), dtype=np.float64
+        )
+        if np.isnan(priority).any():
             return None
-        shortlist.keep(pages, waiting)
-        return self._pick(pages, priority, want, kth)
+        bound = shortlist.bound_at(now)
+        stay = priority < bound  # the others leave, as the pages left out did ...
+        if self._floor is not None and not stay.all():  # ... if their floors are as high
+            rest = np.flatnonzero(~stay)
+            stay[rest] = np.asarray(self._floor(stats, rest)) < shortlist.floor
+        if not stay.all():
+            shortlist.drop(stay)
+            priority = priority[stay]
+        while True:
+            groups = shortlist.groups
+            scores = priority.tolist()
+            kth, reached = None, 0
+            for i in sorted(range(len(groups)), key=scores.__getitem__):
+                reached += groups[i].size()
+                if reached >= want:
+                    kth = scores[i]
+                    break
+            if kth is None or not kth < below(bound):
+                return None
+            chosen = [i for i, score in enumerate(scores) if score <= kth]
+            fronts = [groups[i].front(want) for i in chosen]
+            pages = fronts[0] if len(fronts) == 1 else np.concatenate(fronts)
+            if shortlist.listed(chosen, fronts, pages):
+                break
+            kept = shortlist.compact(chosen)  # pages held or evicted since: look again
+            priority = priority[kept]
+        counts = [f.size for f in fronts]
+        if not self._as_listed(shortlist, pages, np.array(chosen), counts, zone, now):
+            return None
+        if len(fronts) == 1:  # one group: its pages are in eviction order
+            victims = pages
+        else:
+            victims = self._pick(pages, np.repeat(priority[chosen], counts), want, kth)
+        shortlist.take(chosen, fronts, victims)
+        return victims
+
+    def _as_listed(
+        self,
+        shortlist: Shortlist,
+        pages: np.ndarray,
+        chosen: np.ndarray,
+        counts: list[int],
+        zone: np.ndarray,
+        now: float,
+    ) -> bool:
+        """Are these listed pages (`counts` of each group `chosen`) evictable now, with their
+        group's statistics? A listed page is cached (held again or evicted, it is unlisted)
+        and out of reach of any reader (it was when it joined, and a reader never comes back
+        to a cached page); its statistics change only while it is held, but for its
+        prefix_pages, which a raise may change (hash_only chains hang under cached pages)."""
+        if not (self.pool.state[pages] == CACHED).all():
+            return False
+        if zone.size and np.isin(pages, zone).any():
+            return False
+        if "prefix_pages" not in shortlist.fields:
+            return True
+        self.index.prefix.settle_any(pages)  # prefix_pages as the policy must read them
+        values = shortlist.values[shortlist.fields.index("prefix_pages")]
+        ours = values[chosen[0]] if chosen.size == 1 else np.repeat(values[chosen], counts)
+        return bool((self.stats.prefix_pages[pages] == ours).all())
 
     def _lowest(self, candidates: np.ndarray, m: int, now: float) -> tuple[np.ndarray, np.ndarray]:
         """The candidates among the m lowest priorities, with every page tied with the m-th,
@@ -578,6 +658,8 @@ class PagedKVCache:
             removed = np.array(self._remove_subtrees(pages.tolist()), dtype=np.int64)
         if removed.size == 0:
             return 0
+        if self._shortlist is not None:
+            self._shortlist.unlist(removed)
         if self.protected is not None:
             self.protected.on_removed(removed)
         if self.listeners:  # (the keys are listed only for a listener)
