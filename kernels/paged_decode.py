@@ -122,15 +122,18 @@ ONE_WAVE = 0
 # than f x tokens_per_split tokens, cut it into one split fewer, of equal length (no program and
 # partial for a sliver: 256 x 8K cut at 8,000 tokens ran 2,048 programs of 192 tokens).
 TAIL_MERGE = 0.0
-# Session 10 (`deferred_row_sum`, default on): the score tile is split over the 4 warps along
-# the keys, so every row reduction crosses warps (shared memory and CTA barriers: 9 barriers
-# per tile in the sm_90 compile). Keeping each thread's share of the row sums as a [rows, keys]
+# Session 10 (`deferred_row_sum`, opt-in): the score tile is split over the 4 warps along the
+# keys, so every row reduction crosses warps (shared memory and CTA barriers: 9 barriers per
+# tile in the sm_90 compile). Keeping each thread's share of the row sums as a [rows, keys]
 # tile rescaled like the accumulator, summed once after the loop, leaves the row max as the
-# only cross-warp reduction per tile (6 barriers; 127 registers instead of 117, still 4
-# programs per SM). H200 sweep of 2026-12-01 01:53 UTC, two passes each: the seed mix 0.7249
-# -> 0.7202 ms, 7 ragged batches -0.2 .. -0.7%, the 8 targets -0.1% (16 x 32K -0.3%), 12 x
-# 4,500 -1.4%; never slower by more than 0.14%.
-DEFERRED_ROW_SUM = True
+# only cross-warp reduction per tile (6 barriers). At GROUP 8 (the bench's shape: 118 -> 128
+# registers, still 4 programs per SM) the H200 sweep of 2026-12-01 01:53 UTC had the seed mix
+# 0.7249 -> 0.7202 ms, 7 ragged batches -0.2 .. -0.7%, the 8 targets -0.1%. But ptxas gives
+# the unsplit kernel at GROUP 2 / 4 / 6 / 16 162 registers (127 without; triton 3.6 sm_90a
+# compile), i.e. 3 programs per SM: llama-3-8b's (GROUP 4) decode at 64 sequences ran 9-33%
+# slower in call 2's table (measurements/h200_s10_call2.json) and the engine's shared_prefix
+# decode steps 18% slower (the lead's round 9). Off until it keeps 4 programs per SM.
+DEFERRED_ROW_SUM = False
 MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
