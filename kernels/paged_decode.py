@@ -105,11 +105,12 @@ WAVE_FIT = 1.15
 # of 528) failed the test and fell back to the 16-per-SM rule: the speed jumped with the batch
 # size between the calibration's power-of-two batches (the lead's round-8 steps timed alone:
 # 1.078x the table at batches 12-98). H200 sweep of 2026-12-01 01:53 UTC
-# (measurements/bench_decode_sweep_s10.json), ms, all slots -> used slots: 12 x 4,500 0.0794 ->
-# 0.0720 (480 of 528 slots), 25 x 4,500 0.1414 -> 0.1308 (400), 48 x 4,500 0.2324 -> 0.2164
-# (384), 24 x 2K 0.0760 -> 0.0668 (384); 40 x 8K 0.3270 -> 0.3410 (320: too few programs in
-# flight), hence the fill floor; the 8 targets, 1 x 128K, the seed mix and 7 ragged batches
-# within +-0.2%.
+# (measurements/bench_decode_sweep_s10_call1.json, mean of two passes), ms, all slots -> used
+# slots: 12 x 4,500 0.0793 -> 0.0720 (480 of 528 slots), 25 x 4,500 0.1412 -> 0.1310 (400),
+# 48 x 4,500 0.2323 -> 0.2164 (384), 24 x 2K 0.0760 -> 0.0667 (384); 40 x 8K 0.3268 -> 0.3410
+# (320: too few programs in flight), hence the fill floor; the 8 targets, 1 x 128K, the seed
+# mix and 7 ragged batches within +-0.2%. At the calibration's power-of-two uniform batches it
+# splits as the all-slots rule does.
 WAVE_FIT_USED_SLOTS = True
 WAVE_FIT_MIN_FILL = 2 / 3
 # Session 9 (opt-in, `one_wave` = resident programs per SM, with the batch's `lengths` on the
@@ -128,7 +129,7 @@ TAIL_MERGE = 0.0
 # tile rescaled like the accumulator, summed once after the loop, leaves the row max as the
 # only cross-warp reduction per tile (6 barriers). At GROUP 8 (the bench's shape: 118 -> 128
 # registers, still 4 programs per SM) the H200 sweep of 2026-12-01 01:53 UTC had the seed mix
-# 0.7249 -> 0.7202 ms, 7 ragged batches -0.2 .. -0.7%, the 8 targets -0.1%. But ptxas gives
+# 0.7249 -> 0.7201 ms, 7 ragged batches -0.2 .. -0.7%, the 8 targets -0.1%. But ptxas gives
 # the unsplit kernel at GROUP 2 / 4 / 6 / 16 162 registers (127 without; triton 3.6 sm_90a
 # compile), i.e. 3 programs per SM: llama-3-8b's (GROUP 4) decode at 64 sequences ran 9-33%
 # slower in call 2's table (measurements/h200_s10_call2.json) and the engine's shared_prefix
