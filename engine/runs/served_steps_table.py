@@ -49,7 +49,7 @@ ROUNDS = {
         "r7",
     ),
     8: (
-        RUNS,
+        RUNS / "round8",
         RUNS / "logs" / "2026-12-01_served_batches_r8",
         RUNS / "logs" / "2026-12-01_served_batches_r8" / "layouts_round8_ids.json",
         "r8",
