@@ -3,8 +3,8 @@ the engine's own served steps (the same workloads, scheduler and compositions).
 
     python engine/runs/decode_gpu_by_round.py [BEFORE_DIR] [AFTER_DIR]
 
-Defaults: `round8/`-style top level (BEFORE: engine/runs, the round-8 runs when it was written)
-against `round9_deferred_row_sum/` (f17a3d6's decode defaults). Prints, per run present in both,
+Defaults: `round8/` (the session-9 decode kernel) against `round9_deferred_row_sum/`
+(f17a3d6's decode defaults: deferred row sums on). Prints, per run present in both,
 the medians over decode-only steps of `gpu_s` (ms), of GPU time per 1K decode context tokens
 (us), the decode count and the context sum, and the ratio of the GPU medians.
 """
