@@ -100,6 +100,10 @@ def _uncapped(groups: list[tuple[int, int, bool]]) -> list[tuple[int, int]] | No
     return [(size, tokens) for size, tokens, _ in groups]
 
 
+# What a step's price takes from its sharing groups: the tokens its decodes re-read, and the
+# cascade's prefix pass (query x key pairs, seconds) where a cascade prices it
+GroupTerms = tuple[int, tuple[int, float] | None]
+
 # id of a group's first block table -> (ids of its tables, the tables, the shortest table's
 # length and the first position below it where the tables differ (or that length))
 GroupEntry = tuple[tuple[int, ...], tuple[list[int], ...], int, int]
@@ -216,7 +220,7 @@ class DecodeBatchExecutor(ModelledExecutor):
         groups = [
             (size, tokens) for size, tokens, _ in self._groups.find(step.items, self.page_size)
         ]
-        return self._price(step.shape(), groups, self._longest(step.items))
+        return self._price(step.shape(), self._group_terms(groups), self._longest(step.items))
 
     def _longest(self, items: list[BatchItem]) -> int:
         """`longest_decode` where the model reads it (0, unknown, elsewhere: the same price)."""
@@ -233,15 +237,20 @@ class DecodeBatchExecutor(ModelledExecutor):
         if groups is None:
             return None
         num_decode, longest = len(step.items), self._longest(step.items)
+        terms = self._group_terms(groups)  # (the span's steps share them: priced once)
         return [  # (an unknown longest context stays unknown)
-            self._price(StepShape([], [], num_decode, ctx_sum), groups, longest and longest + k)
+            self._price(StepShape([], [], num_decode, ctx_sum), terms, longest and longest + k)
             for k, ctx_sum in enumerate(ctx_sums, start=1)
         ]
 
-    def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
+    def _group_terms(self, groups: list[tuple[int, int]]) -> GroupTerms:
+        """What a step's price takes from its sharing groups: the tokens re-read (no cascade)."""
+        return reread_tokens(groups), None
+
+    def _price(self, shape: StepShape, terms: GroupTerms, longest: int) -> float:
         """The plain kernel's price: its shared pages re-read from L2 and its longest context,
         where the model prices those."""
-        shape.decode_shared_tokens = reread_tokens(groups)
+        shape.decode_shared_tokens = terms[0]
         shape.decode_ctx_max = longest
         return self.latency.shape_time_s(shape)
 
@@ -253,17 +262,28 @@ class CascadeExecutor(DecodeBatchExecutor):
     The engine launches the cascade only when it is faster than the plain kernel for the step
     (small batches pay the extra launches and gain little), as vLLM's cascade heuristic does."""
 
-    def _price(self, shape: StepShape, groups: list[tuple[int, int]], longest: int) -> float:
-        """The cheaper of the plain kernel and the cascade (tails plus one prefix pass)."""
-        plain_s = super()._price(shape, groups, longest)
+    def _group_terms(self, groups: list[tuple[int, int]]) -> GroupTerms:
+        """Also the prefix pass of the groups (None without groups): its query x key pairs and
+        its seconds."""
         if not groups:
-            return plain_s
+            return reread_tokens(groups), None
         size, pairs = prefix_pass(groups)
+        return reread_tokens(groups), (
+            pairs,
+            self.latency.cascade_prefix_s(size, round(pairs / size)),
+        )
+
+    def _price(self, shape: StepShape, terms: GroupTerms, longest: int) -> float:
+        """The cheaper of the plain kernel and the cascade (tails plus one prefix pass)."""
+        plain_s = super()._price(shape, terms, longest)
+        if terms[1] is None:
+            return plain_s
+        pairs, prefix_s = terms[1]
         shape.decode_shared_tokens = 0  # the cascade reads each prefix once, tails are unique
         shape.decode_ctx_max = 0  # the tails are priced at their mean
         shape.decode_ctx_sum -= pairs
         cascade_s = self.latency.shape_time_s(shape)
-        cascade_s += self.latency.cascade_prefix_s(size, round(pairs / size))
+        cascade_s += prefix_s
         return min(plain_s, cascade_s)
 
 
