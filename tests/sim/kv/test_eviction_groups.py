@@ -14,8 +14,15 @@ from policies.admission import Always, NoParams
 from sim.kv.paged_cache import PagedKVCache
 from sim.kv.shortlist import Shortlist
 from sim.kv.views import PageStats
-from tests.helpers import assert_same_cache_state
-from tests.sim.kv.test_eviction_shortlist import PAGE, POLICIES, replay
+from tests.sim.kv.test_eviction_shortlist import (
+    BATCHES,
+    PAGE,
+    POLICIES,
+    POOL_PAGES,
+    RACES,
+    SEEDS,
+    assert_evicts_as_ranking_all,
+)
 
 
 def make(policy: str, index: str, num_pages: int, batch: int, race_s: float, reserve: int):
@@ -39,10 +46,10 @@ def make(policy: str, index: str, num_pages: int, batch: int, race_s: float, res
 @given(
     st.sampled_from(sorted(POLICIES)),
     st.sampled_from(["two_level", "hash_only", "radix"]),
-    st.integers(0, 2**32 - 1),
-    st.integers(12, 60),
-    st.sampled_from([1, 3, 8]),
-    st.sampled_from([-1.0, 0.0, 0.3]),
+    SEEDS,
+    POOL_PAGES,
+    BATCHES,
+    RACES,
     st.sampled_from([1, 4, 16]),
 )
 def test_grouped_rounds_evict_what_the_full_ranking_evicts(
@@ -51,8 +58,7 @@ def test_grouped_rounds_evict_what_the_full_ranking_evicts(
     grouped = make(policy, index, num_pages, batch, race_s, reserve)
     full = make(policy, index, num_pages, batch, race_s, reserve)
     full._shortlist = None  # the reference: every candidate ranked every round
-    assert replay(grouped, seed, 80) == replay(full, seed, 80)
-    assert_same_cache_state(grouped, full)
+    assert_evicts_as_ranking_all(grouped, full, seed, 80)
     assert_groups_hold(grouped)
 
 

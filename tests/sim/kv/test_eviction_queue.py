@@ -9,8 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.kv.victim_queue import VictimQueue
-from tests.helpers import assert_same_cache_state
-from tests.sim.kv.test_eviction_shortlist import count_rounds, new_cache, replay
+from tests.sim.kv.test_eviction_shortlist import (
+    BATCHES,
+    POOL_PAGES,
+    RACES,
+    SEEDS,
+    assert_evicts_as_ranking_all,
+    count_rounds,
+    new_cache,
+)
 
 QUEUED = ("fifo", "lfu", "lru")
 
@@ -25,11 +32,11 @@ def make(policy: str, num_pages: int, batch: int, zone: bool, race_s: float, res
 @settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(QUEUED),
-    st.integers(0, 2**32 - 1),
-    st.integers(12, 60),
-    st.sampled_from([1, 3, 8]),
+    SEEDS,
+    POOL_PAGES,
+    BATCHES,
     st.booleans(),
-    st.sampled_from([-1.0, 0.0, 0.3]),
+    RACES,
     st.sampled_from([0, 1, 4, 16]),
 )
 def test_queued_rounds_evict_what_the_full_ranking_evicts(
@@ -38,8 +45,7 @@ def test_queued_rounds_evict_what_the_full_ranking_evicts(
     queued = make(policy, num_pages, batch, zone, race_s, reserve)
     full = make(policy, num_pages, batch, zone, race_s, reserve)
     full._queue = None  # the reference: every candidate ranked every round
-    assert replay(queued, seed, 60) == replay(full, seed, 60)
-    assert_same_cache_state(queued, full)
+    assert_evicts_as_ranking_all(queued, full, seed, 60)
 
 
 def test_most_rounds_take_the_queue():
