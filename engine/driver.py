@@ -150,7 +150,10 @@ class WallClockDriver:
         executor's timing, the host time around it on its own clock: planning it (`plan_s`),
         applying it (`apply_s`; `sched_s` is the two together) and the loop's own work that
         belongs to it (`loop_s`: the time-series samples and arrivals taken in before it is
-        planned, or right after in a closed loop, and handing its finished requests back)."""
+        planned, or right after in a closed loop, and handing its finished requests back). The
+        rest of the time between two steps is not split (the executor's work after its own
+        clock stops, building the step's row): validate's gap between steps still holds it, and
+        the arrivals of a closed-loop pass that planned nothing belong to no step."""
         self._t0 = time.perf_counter()
         if self.sampler is not None:
             self.result.series = self.sampler[0]

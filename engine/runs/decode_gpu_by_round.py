@@ -1,5 +1,6 @@
 """Decode-only steps' GPU time per run, two rounds side by side: a kernel change measured on
-the engine's own served steps (the same workloads, scheduler and compositions).
+the engine's own served steps (two runs of the same configs: medians over each run's steps, of
+the same decode count and context sum where the runs served alike).
 
     python engine/runs/decode_gpu_by_round.py [BEFORE_DIR] [AFTER_DIR]
 

@@ -212,10 +212,12 @@ def main() -> None:
     print(f"ragged: a {ragged.a:g} b {ragged.b:g} e {ragged.e:g}: {ragged_fit}")
     for layouts, measured in SERVED_TABLES:
         held_out = served_check(_load(layouts), _load(measured), calibration, model, ragged)
-        print(f"served batches, {Path(measured).name} (held out; medians: measured vs model):")
+        print(f"served batches, {Path(measured).name} (medians: measured vs model):")
         for name, r in held_out.items():
+            fitted = measured == PROBE_SERVED[1] and name in PROBE_SERVED[2]
             print(
-                f"  {name}: shared pages {r['shared']:.3f} vs {r['shared_model']:.3f}, "
+                f"  {name}{' (fitted on)' if fitted else ' (held out)'}: shared pages "
+                f"{r['shared']:.3f} vs {r['shared_model']:.3f}, "
                 f"ragged {r['ragged']:.3f} vs {r['ragged_model']:.3f}"
             )
     if args.write:
