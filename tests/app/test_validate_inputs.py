@@ -100,13 +100,17 @@ def test_a_user_file_as_report_is_refused_before_any_output(run_dir, tmp_path, c
     assert mine.read_text() == "my notes" and not out.exists()
 
 
-def test_empty_scheduler_time(run_dir, capsys):
-    """An engine column the overhead fit reads (sched_s, the last one) left empty on a line."""
+@pytest.mark.parametrize("column", ["sched_s", "plan_s", "loop_s"])
+def test_empty_scheduler_time(run_dir, capsys, column):
+    """An engine column the overhead fit reads (the scheduler's time, and since round 9 its
+    parts) left empty on a line."""
 
     def blank(ls):
         cells = ls[3].rstrip("\n").split(",")
-        cells[-1] = ""
+        cells[ls[0].rstrip("\n").split(",").index(column)] = ""
         return ls[:3] + [",".join(cells) + "\n"] + ls[4:]
 
     damage_steps(run_dir, blank)
-    fails_with(run_dir, capsys, "steps.csv line 4", "sched_s must be a number >= 0.0, got nothing")
+    fails_with(
+        run_dir, capsys, "steps.csv line 4", f"{column} must be a number >= 0.0, got nothing"
+    )
