@@ -257,20 +257,11 @@ def time_kernel(
     if cfg.get("one_wave"):
         hints["lengths"] = lens  # the one-wave rule plans from the host's lengths
     out = torch.full_like(q, float("nan"))
+    inputs = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+    options = dict(out=out, grouped=grouped, **hints, **cfg)  # the same launch, both ways
 
     def launch(check_bounds: bool) -> None:
-        paged_decode_attention(
-            q,
-            kv.k_cache,
-            kv.v_cache,
-            kv.block_tables,
-            kv.seq_lens,
-            out=out,
-            grouped=grouped,
-            check_bounds=check_bounds,
-            **hints,
-            **cfg,
-        )
+        paged_decode_attention(*inputs, check_bounds=check_bounds, **options)
 
     # Validate once (bounds, shapes), then time the launch path without the host sync.
     launch(check_bounds=True)
@@ -284,18 +275,7 @@ def time_kernel(
             launch(check_bounds=False)
 
         return bench_ms(step), (bench_ms(step, graph=False) if eager else None), err
-    decode = prepare_decode(
-        q,
-        kv.k_cache,
-        kv.v_cache,
-        kv.block_tables,
-        kv.seq_lens,
-        out=out,
-        grouped=grouped,
-        check_bounds=False,
-        **hints,
-        **cfg,
-    )
+    decode = prepare_decode(*inputs, check_bounds=False, **options)
     out.fill_(float("nan"))
     ms = bench_ms(lambda: decode.launch(kv.k_cache, kv.v_cache))
     eager_ms = (
