@@ -426,19 +426,9 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
     on the decode count (fixed + per decode), steps with a chunk on their decodes, chunks,
     chunks' context tokens and prefill tokens. A run without GPU times (a CPU run) counts the
     priced kernels as its device time."""
-    pooled = {key: np.concatenate([s[key] for s in samples]) for key in samples[0]}
+    pooled = _pooled(samples)
     prefill = pooled["prefill"]
-    # the serving machine's device time over the calibration's (and the decode step's unpriced
-    # device work: sampling, the graph's input copies); 1 without GPU times
-    usable = ~prefill & (pooled["gpu_s"] > 0) & (pooled["priced"] > 0)
-    scale, per_kv = 1.0, 0.0
-    if usable.any():
-        ratios = pooled["gpu_s"][usable] / pooled["priced"][usable]
-        scale, per_kv = _fit_decode_device(
-            ratios, pooled["decode_kv"][usable] / pooled["priced"][usable]
-        )
-    priced = pooled["priced"] * scale + per_kv * pooled["decode_kv"]
-    device = np.where(pooled["gpu_s"] > 0, pooled["gpu_s"], priced)
+    scale, per_kv, priced = _device_scale(pooled)
     host = _host_part(pooled, priced)
     overhead, per_decode = 0.0, 0.0
     if (~prefill).any():
@@ -451,11 +441,7 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
     }
     if not prefill.any():
         return terms
-    tokens = pooled["prefill_tokens"][prefill]
-    graphed = pooled["graphed"][prefill]
-    per_token, device_extra, floors = _fit_prefill_terms(
-        priced[prefill], tokens, device[prefill], graphed
-    )
+    per_token, device_extra, floors = _fit_chunk_device(pooled, priced)
     fixed, decode_s, chunk_s, context_s, host_token_s = _fit_nonneg_lad(
         [pooled[c][prefill] for c in HOST_FEATURES], host[prefill]
     )
@@ -470,6 +456,49 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
         "mixed_step_floor_s": floors[0],
         "eager_step_floor_s": floors[1],
     }
+
+
+def chunk_device_terms(samples: list[dict[str, np.ndarray]]) -> tuple[float, float, list[float]]:
+    """(device cost per prefill token, fixed extra per step, the two floors) that
+    `measured_overheads` fits to the steps with a chunk of these samples (at least one such
+    step): the extra is carried by `gpu.prefill_step_overhead_s` with the host's."""
+    pooled = _pooled(samples)
+    return _fit_chunk_device(pooled, _device_scale(pooled)[2])
+
+
+def _pooled(samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {key: np.concatenate([s[key] for s in samples]) for key in samples[0]}
+
+
+def _device_scale(pooled: dict[str, np.ndarray]) -> tuple[float, float, np.ndarray]:
+    """(device time scale, cost per decode KV token, each step's priced kernels with both): the
+    serving machine's device time over the calibration's (and the decode step's unpriced device
+    work: sampling, the graph's input copies), from the decode-only steps; 1 without GPU times."""
+    usable = ~pooled["prefill"] & (pooled["gpu_s"] > 0) & (pooled["priced"] > 0)
+    scale, per_kv = 1.0, 0.0
+    if usable.any():
+        ratios = pooled["gpu_s"][usable] / pooled["priced"][usable]
+        scale, per_kv = _fit_decode_device(
+            ratios, pooled["decode_kv"][usable] / pooled["priced"][usable]
+        )
+    return scale, per_kv, pooled["priced"] * scale + per_kv * pooled["decode_kv"]
+
+
+def _fit_chunk_device(
+    pooled: dict[str, np.ndarray], priced: np.ndarray
+) -> tuple[float, float, list[float]]:
+    """The device fit of the steps with a chunk: their GPU time (the priced kernels without
+    one) against their priced kernels (`_fit_prefill_terms`)."""
+    device = np.where(pooled["gpu_s"] > 0, pooled["gpu_s"], priced)
+    chunk = pooled["prefill"]
+    return _fit_prefill_terms(
+        priced[chunk], pooled["prefill_tokens"][chunk], device[chunk], pooled["graphed"][chunk]
+    )
+
+
+def probe_samples(probes: list[EngineRun]) -> list[dict[str, np.ndarray]]:
+    """`overhead_samples` of each run, replayed on the engine's own queue."""
+    return [overhead_samples(p, replay(p, measured_requests(p)[0])[1]) for p in probes]
 
 
 # What a step with a prefill chunk's host time is fitted on (steps.csv columns)
@@ -838,9 +867,7 @@ def validate(
         probes = [_pricing(load_engine_run(p), measured_terms) for p in overhead_from]
         for path, probe in zip(overhead_from, probes, strict=True):
             _check_same_engine(path, probe, run)
-        replays = [replay(probe, measured_requests(probe)[0])[1] for probe in probes]
-        samples = [overhead_samples(p, r) for p, r in zip(probes, replays, strict=True)]
-        run = with_overheads(run, measured_overheads(samples), source)
+        run = with_overheads(run, measured_overheads(probe_samples(probes)), source)
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
     steps = step_errors(run, latency, replayed)
     step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())

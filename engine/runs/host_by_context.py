@@ -36,20 +36,7 @@ TERMS = {
 def device_extra_s(run_dir) -> float:
     """The device fit's fixed extra per chunk step, on the run's probes (default pricing)."""
     probes = [validate.load_engine_run(p) for p in validations.probes_for(run_dir)]
-    samples = [
-        validate.overhead_samples(p, validate.replay(p, validate.measured_requests(p)[0])[1])
-        for p in probes
-    ]
-    terms = validate.measured_overheads(samples)
-    pooled = {k: np.concatenate([s[k] for s in samples]) for k in samples[0]}
-    chunk = pooled["prefill"]
-    priced = pooled["priced"] * terms["device_time_scale"]
-    priced += terms["decode_kv_overhead_s"] * pooled["decode_kv"]
-    device = np.where(pooled["gpu_s"] > 0, pooled["gpu_s"], priced)
-    _, extra, _ = validate._fit_prefill_terms(
-        priced[chunk], pooled["prefill_tokens"][chunk], device[chunk], pooled["graphed"][chunk]
-    )
-    return extra
+    return validate.chunk_device_terms(validate.probe_samples(probes))[1]
 
 
 def table(run_dir) -> pd.DataFrame:

@@ -41,11 +41,7 @@ def sensitivity(run_dir: Path, factor: float) -> dict[str, float]:
         validate._pricing(validate.load_engine_run(p), terms)
         for p in validations.probes_for(run_dir)
     ]
-    samples = [
-        validate.overhead_samples(p, validate.replay(p, validate.measured_requests(p)[0])[1])
-        for p in probes
-    ]
-    overheads = validate.measured_overheads(samples)
+    overheads = validate.measured_overheads(validate.probe_samples(probes))
     priced = validate.with_overheads(run, overheads, "the probes (ttft_sensitivity)")
     scale = overheads["device_time_scale"]
     base = simulated_ttft(priced, requests, num_clients, scale)
