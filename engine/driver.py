@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from engine.host_probe import HostProbe
 from engine.runner import GpuExecutor
 from sim.metrics import Recorder
 from sim.scheduler import Scheduler, SchedulerQueues
@@ -36,6 +37,7 @@ class RunResult:
     steps: list[tuple] = field(default_factory=list)  # step_row + engine.runner.ENGINE_STEP_COLUMNS
     wall_s: float = 0.0
     series: Recorder | None = None  # timeseries.csv rows, sampled as the simulator samples
+    host_speed: list[tuple[float, float]] = field(default_factory=list)  # engine/host_probe.py
 
 
 class EngineNode(SchedulerQueues):
@@ -76,6 +78,7 @@ class WallClockDriver:
         self.duration_s = duration_s
         self.result = RunResult()
         self._t0 = 0.0
+        self.host_probe = HostProbe()
         self._on_done: Callable | None = None  # closed loop: a finished request frees its client
         self._exhausted = False  # the workload has no more requests
         # Closed loop: a client's next request reaches the queue after the scheduler planned the
@@ -149,14 +152,15 @@ class WallClockDriver:
         """Plan, run and apply steps until the run ends. Each step's row records, besides the
         executor's timing, the host time around it on its own clock: planning it (`plan_s`),
         applying it (`apply_s`; `sched_s` is the two together) and the loop's own work that
-        belongs to it (`loop_s`: the time-series samples and arrivals taken in before it is
-        planned, or right after in a closed loop, and handing its finished requests back). The
+        belongs to it (`loop_s`: the time-series samples, the host-speed probe and arrivals taken
+        in before it is planned, or right after in a closed loop, and handing its finished requests back). The
         rest of the time between two steps is not split (the executor's work after its own
         clock stops, building the step's row): validate's gap between steps still holds it, and
         the arrivals of a closed-loop pass that planned nothing belong to no step."""
         self._t0 = time.perf_counter()
         if self.sampler is not None:
             self.result.series = self.sampler[0]
+        self.result.host_speed = self.host_probe.rows
         while True:
             loop_t = time.perf_counter()
             now = self.now()
@@ -164,6 +168,7 @@ class WallClockDriver:
                 break
             if self.sampler is not None:
                 self._sample(now)
+            self.host_probe.maybe(now)
             late = self._submit_after_schedule
             next_arrival = None if late else arrivals(now)
             if self._exhausted and not self.scheduler.has_work():

@@ -6,6 +6,8 @@
     <out>/engine/steps.csv     sim.steps.STEP_COLUMNS + engine.runner.ENGINE_STEP_COLUMNS
     <out>/engine/timeseries.csv  sim.metrics.SERIES_COLUMNS every sample_interval_s (runs after
                                round 3 of 2026-11-30; sampled between steps)
+    <out>/engine/host_speed.csv  engine.host_probe.PROBE_COLUMNS: the host's speed over the run
+                               (runs after session 11 of 2026-12-01)
     <out>/summary.json         {"arms": {"engine": metrics}, "latency_model": "measured:<device>", ...}
     <out>/run_info.json        wall time and date
 
@@ -27,6 +29,7 @@ import pandas as pd
 import torch
 
 from engine import attention
+from engine.host_probe import PROBE_COLUMNS
 from engine.runner import ENGINE_STEP_COLUMNS
 from sim import __version__
 from sim.config import ConfigError
@@ -120,6 +123,10 @@ def write_run(
     if result.series is not None:  # the simulator's per-node samples (KV usage, queues)
         result.series.series().to_csv(
             tmp / ARM / "timeseries.csv", index=False, float_format="%.6f"
+        )
+    if result.host_speed:  # engine/host_probe.py: the host's speed over the run
+        pd.DataFrame(result.host_speed, columns=PROBE_COLUMNS).to_csv(
+            tmp / ARM / "host_speed.csv", index=False, float_format="%.7f"
         )
     summary = {
         "arms": {ARM: metrics(cfg, result, kv, num_preemptions)},

@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 from engine.driver import WallClockDriver
+from engine.host_probe import HostProbe
 from sim.scheduler import Step
 
 PLAN_S, APPLY_S, ARRIVAL_S = 0.002, 0.010, 0.020  # one sleep each; arrivals: per request
@@ -67,3 +68,28 @@ def test_each_host_part_lands_in_its_own_column():
     assert loop_s >= REQUESTS * ARRIVAL_S  # the three arrivals, not the planning
     assert plan_s < REQUESTS * ARRIVAL_S  # and the planning holds none of them
     assert sched_s == plan_s + apply_s
+
+
+def test_host_probe_samples_at_most_once_an_interval():
+    probe = HostProbe(interval_s=0.5)
+    for now in (0.0, 0.1, 0.49, 0.5, 0.7, 1.2, 1.2, 5.0):
+        probe.maybe(now)
+    assert [t for t, _ in probe.rows] == [0.0, 0.5, 1.2, 5.0]
+    assert all(probe_s > 0 for _, probe_s in probe.rows)
+
+
+def test_the_loop_records_the_host_probe_and_times_it_in_loop_s():
+    driver = WallClockDriver(
+        TimedScheduler(),  # type: ignore[arg-type]
+        InstantExecutor(),  # type: ignore[arg-type]
+        slow_sequence,
+        duration_s=10.0,
+        idle_reclaim=lambda now: None,
+    )
+    seen: list[float] = []
+    driver.host_probe.maybe = seen.append  # type: ignore[method-assign]
+    requests = [SimpleNamespace(arrival_s=0.0)]
+    result = driver.run_open_loop(iter(requests))
+    assert len(result.steps) == 1
+    assert len(seen) >= 1 and seen[0] < SLACK_S  # probed before the first step was planned
+    assert result.host_speed is driver.host_probe.rows

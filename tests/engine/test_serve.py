@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from engine.host_probe import PROBE_COLUMNS
 from engine.kv_pool import KVPool
 from engine.model import PagedModel
 from engine.reference import reference_logits
@@ -104,3 +105,6 @@ def test_engine_run_matches_reference_and_counts_cache_hits(tmp_path, monkeypatc
     assert list(series.columns) == SERIES_COLUMNS
     assert series.time_s.tolist() == [float(i) for i in range(len(series))]
     assert (series.node == 0).all() and (series.kv_capacity_bytes > 0).all()
+    speed = pd.read_csv(run_dir / "host_speed.csv")  # the host probe, before the first step
+    assert list(speed.columns) == PROBE_COLUMNS and speed.t_s.iloc[0] <= steps.start_s.iloc[0]
+    assert speed.t_s.is_monotonic_increasing and (speed.probe_s > 0).all()
