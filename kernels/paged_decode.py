@@ -43,6 +43,7 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 from kernels.launch import BoundLaunch  # noqa: E402
 
@@ -135,6 +136,16 @@ TAIL_MERGE = 0.0
 # slower in call 2's table (measurements/h200_s10_call2.json) and the engine's shared_prefix
 # decode steps 18% slower (the lead's round 9). Off until it keeps 4 programs per SM.
 DEFERRED_ROW_SUM = False
+# Session 11: with deferred_row_sum the launch asks ptxas for at most this many registers
+# (Triton's `maxnreg`), so GROUP 2 / 4 / 6 / 16 keep 4 programs per SM (the triton 3.6 sm_90a
+# compile at GROUP 4: 162 -> 128 registers, 80 bytes of spill stores, loads of loop-invariant
+# values from L1 in the loop); GROUP 8 compiles to 128 without the cap.
+DEFERRED_ROW_SUM_MAX_REGISTERS = 128
+# Session 11 (opt-in, `pdl_combine`): a separate combine launch (> FUSED_COMBINE_MAX_SPLITS
+# splits; the prefill split combine too) is a programmatic dependent launch (Hopper: launch_pdl,
+# griddepcontrol.wait before it reads the partials), so its launch overlaps the main kernel's
+# tail instead of waiting for it to drain.
+PDL_COMBINE = False
 MERGE_FLOATS = 8192  # fp32 partials one fused-merge step holds: MERGE_G x MERGE_S x head_dim
 # Tile and pipeline defaults from the H200 sweep (kernels/README.md, `kvsched bench --tune`).
 DEFAULT_CONFIG = {
@@ -197,7 +208,10 @@ def _paged_decode_kernel(
     MERGE_G: tl.constexpr = 8,  # FUSED_COMBINE: rows merged (>= the program's, power of two)
     MERGE_S: tl.constexpr = 8,  # FUSED_COMBINE: splits merged per step (power of two)
     DEFERRED_ROW_SUM: tl.constexpr = False,  # softmax row sums summed once, after the loop
+    PDL_TRIGGER: tl.constexpr = False,  # let a dependent combine launch start now (PDL_COMBINE)
 ):
+    if PDL_TRIGGER:
+        gdc_launch_dependents()  # its programs wait (griddepcontrol.wait) for this grid's end
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -442,7 +456,10 @@ def _combine_kernel(
     BLOCK_S: tl.constexpr,  # splits merged per step; bounded so the tile stays in registers
     WRITE_LSE: tl.constexpr = False,
     SPLITS_FROM_PTR: tl.constexpr = False,
+    PDL_WAIT: tl.constexpr = False,  # launched as a programmatic dependent of the main kernel
 ):
+    if PDL_WAIT:
+        gdc_wait()  # the main kernel's partials are complete and visible past this point
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
     if SPLITS_FROM_PTR:
@@ -495,6 +512,21 @@ def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132  # the H200's count: the interpreter then follows the GPU's split decisions
+
+
+def pdl_options(device: torch.device, pdl: bool) -> dict[str, bool]:
+    """Launch options of a combine kernel launched as a programmatic dependent of the kernel
+    before it (PDL_COMBINE): only on a GPU that has it (Hopper, compute capability 9, on)."""
+    if not (pdl and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9):
+        return {}
+    return {"PDL_WAIT": True, "launch_pdl": True}
+
+
+def register_cap(device: torch.device, deferred_row_sum: bool) -> dict[str, int]:
+    """The main kernel's `maxnreg` launch option (DEFERRED_ROW_SUM_MAX_REGISTERS; GPU only)."""
+    if not (deferred_row_sum and device.type == "cuda"):
+        return {}
+    return {"maxnreg": DEFERRED_ROW_SUM_MAX_REGISTERS}
 
 
 def choose_split(
@@ -920,6 +952,7 @@ def prepare_decode(
     deferred_row_sum: bool = DEFERRED_ROW_SUM,
     tail_merge: float = TAIL_MERGE,
     wave_fit_used_slots: bool = WAVE_FIT_USED_SLOTS,
+    pdl_combine: bool = PDL_COMBINE,
 ) -> DecodeLaunch:
     """Decode attention of one new token per sequence, prepared once for every layer of a step.
 
@@ -952,6 +985,7 @@ def prepare_decode(
     `one_wave` > 0 and `lengths` (the host's copy of seq_lens): FlashInfer's one-wave rule (ONE_WAVE).
     `deferred_row_sum`: see DEFERRED_ROW_SUM (same outputs up to fp32 summation order).
     `tail_merge`: see TAIL_MERGE. `wave_fit_used_slots`: see WAVE_FIT_USED_SLOTS.
+    `pdl_combine`: see PDL_COMBINE (Hopper and later; elsewhere a plain launch).
     """
     check_q_and_cache(q, k_cache, v_cache, "[batch, num_q_heads, head_dim]")
     batch, num_q_heads, head_dim = q.shape
@@ -1113,6 +1147,7 @@ def prepare_decode(
             FUSED_COMBINE=fused,
             MERGE_G=merge_g,
             DEFERRED_ROW_SUM=deferred_row_sum,
+            PDL_TRIGGER=bool(pdl_options(q.device, pdl_combine)) and split and not fused,
             # Splits per merge step: not a function of num_splits, so a device-split graph
             # merges as the host-split path does.
             MERGE_S=max(
@@ -1124,6 +1159,7 @@ def prepare_decode(
             ),
             num_warps=num_warps,
             num_stages=num_stages,
+            **register_cap(q.device, deferred_row_sum),
         ),
         _SWAP_MAIN,
     )
@@ -1156,6 +1192,7 @@ def prepare_decode(
                 WRITE_LSE=write_lse,
                 SPLITS_FROM_PTR=from_ptr,
                 num_warps=4,
+                **pdl_options(q.device, pdl_combine),
             ),
             _SWAP_COMBINE,
         )

@@ -47,15 +47,18 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import gdc_wait  # noqa: E402
 
 from kernels.launch import BoundLaunch  # noqa: E402
 from kernels.paged_decode import (  # noqa: E402
+    PDL_COMBINE,
     PreparedAttention,
     _check,
     _num_sms,
     check_pages_in_pool,
     check_q_and_cache,
     checked_outputs,
+    pdl_options,
 )
 
 _LOG2E = 1.4426950408889634
@@ -137,6 +140,11 @@ DECODE_ROUTE_MIN_KEYS = 32768
 # splits a program gives 512 programs of one load each.
 COMBINE_ROWS = 16
 COMBINE_SPLITS = 1
+# Session 11: the combine's shape by the plan's most splits per tile, {fewest splits: (rows,
+# splits per load)}; the largest key <= the plan's count wins, none: (COMBINE_ROWS,
+# COMBINE_SPLITS). Session 10 measured 16 splits (16 tokens over 32K) 2 x 16 faster and 4
+# splits (64 tokens) 16 x 1.
+COMBINE_BY_SPLITS: dict[int, tuple[int, int]] = {}
 _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
 _COMB_COLS = 4  # req, q_start, first_slot, n_splits
 
@@ -384,7 +392,10 @@ def _prefill_combine_kernel(
     WRITE_LSE: tl.constexpr,
     BLOCK_R: tl.constexpr,  # rows of the tile per program (BLOCK_Q * GROUP_P is a multiple)
     BLOCK_S: tl.constexpr = 1,  # splits merged per step (> 1: one [splits, rows, d] load each)
+    PDL_WAIT: tl.constexpr = False,  # launched as a programmatic dependent of the main kernel
 ):
+    if PDL_WAIT:
+        gdc_wait()  # the main kernel's partials are complete and visible past this point
     pid = tl.program_id(0)
     kv_head = tl.program_id(1)
     row0 = tl.program_id(2) * BLOCK_R
@@ -488,6 +499,7 @@ class PrefillPlan:
     warp_specialize: bool = False
     lazy_rescale: bool = False
     gluon: int = 0
+    max_splits: int = 1  # the most key splits of one query tile (the split combine's shape)
 
     @property
     def block_m(self) -> int:
@@ -719,7 +731,14 @@ def plan_prefill(
         warp_specialize=bool(cfg["warp_specialize"]),
         lazy_rescale=bool(cfg["lazy_rescale"]),
         gluon=int(cfg.get("gluon", 0)),
+        max_splits=int(n_splits.max(initial=1)),
     )
+
+
+def combine_shape(plan: PrefillPlan) -> tuple[int, int]:
+    """(rows per program, splits per load) of the plan's split combine (COMBINE_BY_SPLITS)."""
+    fits = [k for k in COMBINE_BY_SPLITS if k <= plan.max_splits]
+    return COMBINE_BY_SPLITS[max(fits)] if fits else (COMBINE_ROWS, COMBINE_SPLITS)
 
 
 class PrefillLaunch(PreparedAttention):
@@ -772,8 +791,9 @@ def prepare_prefill(
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
-    combine_rows: int = COMBINE_ROWS,
-    combine_splits: int = COMBINE_SPLITS,
+    combine_rows: int | None = None,
+    combine_splits: int | None = None,
+    pdl_combine: bool = PDL_COMBINE,
 ) -> PrefillLaunch:
     """Chunked-prefill attention of each request's new tokens over its paged context + chunk,
     prepared once for every layer of a step.
@@ -785,7 +805,8 @@ def prepare_prefill(
     config (block_n, num_warps, num_stages, warp_specialize, lazy_rescale, gluon) is the plan's unless
     given here. The result's `launch(k_cache, v_cache, q=None, out=None)` runs the kernels
     (kernels.paged_decode.PreparedAttention). `combine_rows` / `combine_splits` (powers of two):
-    the split combine's rows per program and splits merged per step (COMBINE_ROWS).
+    the split combine's rows per program and splits merged per step (None: `combine_shape` of
+    the plan). `pdl_combine`: see kernels.paged_decode.PDL_COMBINE.
     """
     check_q_and_cache(q, k_cache, v_cache, "[total_new, num_q_heads, head_dim]")
     total_new, num_q_heads, head_dim = q.shape
@@ -816,7 +837,9 @@ def prepare_prefill(
     out = checked_outputs(q, out, lse_out)
     group = num_q_heads // num_kv_heads
     for name, n in (("combine_rows", combine_rows), ("combine_splits", combine_splits)):
-        _check(n >= 1 and n & (n - 1) == 0, f"{name} must be a power of two, got {n}")
+        _check(
+            n is None or (n >= 1 and n & (n - 1) == 0), f"{name} must be a power of two, got {n}"
+        )
 
     if check_bounds or plan is None:
         cu = cu_seqlens_q.to("cpu", torch.int64).numpy()
@@ -889,6 +912,7 @@ def prepare_prefill(
             max_seq_len=plan.max_seq_len,
             total_tokens=plan.total_keys,
             check_bounds=False,
+            pdl_combine=pdl_combine,
         )
         return PrefillLaunch(q, out, k_cache, v_cache, dec.launches, plan=plan)
 
@@ -987,6 +1011,9 @@ def prepare_prefill(
     if plan.n_slots:
         # Rows of a tile spread over programs: a 128-row tile's 8 programs per KV head each
         # read their 16 rows of every split's partial (COMBINE_ROWS).
+        rows, per_load = combine_shape(plan)
+        combine_rows = rows if combine_rows is None else combine_rows
+        combine_splits = per_load if combine_splits is None else combine_splits
         block_r = max(1, min(combine_rows, plan.block_m // 2))
         combine = BoundLaunch(
             _prefill_combine_kernel,
@@ -1007,7 +1034,13 @@ def prepare_prefill(
                 part_lse.stride(0),
                 part_lse.stride(1),
             ],
-            dict(BLOCK_R=block_r, BLOCK_S=combine_splits, num_warps=4, **meta),
+            dict(
+                BLOCK_R=block_r,
+                BLOCK_S=combine_splits,
+                num_warps=4,
+                **meta,
+                **pdl_options(q.device, pdl_combine),
+            ),
             _SWAP_COMBINE,
         )
         launches.append(combine)

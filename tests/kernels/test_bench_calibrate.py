@@ -189,3 +189,39 @@ def test_decode_sweep_times_the_prepared_launch_too():
     rows = decode_sweep(configs, 1.0, lambda msg: None, shapes=["2x100"])
     assert [r["config"] for r in rows] == configs
     assert all(r["rel_err"] < 1e-2 and r["ms"] > 0 for r in rows)
+
+
+def test_attention_parts_are_prepared_once_and_launched_per_layer(monkeypatch):
+    # Session 11: the calibration times the decode and prefill launches as the engine issues
+    # them in every layer of a step, prepared once (a split decode launch's counter zeroing is
+    # the step's, not the layer's); the launches still give the reference's answer.
+    import torch
+
+    import kernels.paged_decode as dec
+    import kernels.paged_prefill as pre
+    from kernels.calibrate import LayerParts
+
+    shapes = dict(num_q_heads=8, num_kv_heads=2, head_dim=32, hidden_size=64, intermediate_size=128)
+    shapes["vocab_size"] = 100
+    parts = LayerParts(shapes, 8, 512, {"block_n": 16, "num_splits": 3})
+    prepared: list[object] = []
+    for mod, name in ((dec, "prepare_decode"), (pre, "prepare_prefill")):
+        real = getattr(mod, name)
+
+        def counting(*args, real=real, **kw):
+            launch = real(*args, **kw)
+            prepared.append(launch)
+            return launch
+
+        monkeypatch.setattr(mod, name, counting)
+    small = {"block_n": 16, "num_warps": 4, "num_stages": 1}
+    parts.prefill_cfg = {**parts.prefill_cfg, "block_m": 16, **small}
+    for make in (lambda: parts.decode([40, 7]), lambda: parts.prefill(5, 30)):
+        run = make()
+        assert len(prepared) == 1
+        launch = prepared.pop()
+        for _ in range(2):
+            launch.out.fill_(float("nan"))
+            run()
+            assert bool(torch.isfinite(launch.out).all())
+        assert not prepared

@@ -385,6 +385,38 @@ def test_deferred_row_sum(group, grouped, num_splits):
     assert torch.allclose(lse[True], lse[False], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("pdl", [False, True])
+def test_pdl_combine(pdl):
+    # The separate combine pass (20 splits > FUSED_COMBINE_MAX_SPLITS) as a programmatic
+    # dependent launch (session 11): the reference's answer, twice through one prepared launch;
+    # the launch options only where the GPU has PDL (never under the interpreter).
+    from kernels.paged_decode import pdl_options, prepare_decode
+
+    check(LENS, 2, 8, 16, num_splits=20, pdl_combine=pdl)
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    kv = make_paged_kv(LENS, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+    q = torch.randn(len(LENS), 16, HEAD_DIM, generator=g, device=DEVICE).to(torch.bfloat16)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)
+    launch = prepare_decode(*args, num_splits=20, block_n=BLOCK_N, pdl_combine=pdl)
+    combine = launch.launches[1].kwargs
+    has_pdl = ON_GPU and torch.cuda.get_device_capability()[0] >= 9
+    assert combine.get("launch_pdl", False) is (pdl and has_pdl)
+    assert pdl_options(torch.device("cpu"), True) == {}
+    ref = paged_decode_reference(*args)
+    for _ in range(2):
+        launch.out.fill_(float("nan"))
+        assert rel_err(launch(kv.k_cache, kv.v_cache), ref) < TOL
+
+
+def test_deferred_row_sum_caps_registers_on_the_gpu_only():
+    # maxnreg with deferred row sums (session 11: 4 programs per SM at every GROUP), on a GPU.
+    from kernels.paged_decode import DEFERRED_ROW_SUM_MAX_REGISTERS, register_cap
+
+    cuda = torch.device("cuda")
+    assert register_cap(cuda, True) == {"maxnreg": DEFERRED_ROW_SUM_MAX_REGISTERS}
+    assert register_cap(cuda, False) == {} and register_cap(torch.device("cpu"), True) == {}
+
+
 def test_tail_merge_rule():
     # 256 x 8K under the 16-per-SM rule: splits of 8,000 leave a 192-token second split per
     # sequence; tail_merge 0.25 runs them unsplit. 1 x (32K + 1) (33 of 1,024, the last of 1

@@ -104,6 +104,32 @@ def test_split_combine_merges_several_splits_a_step(group, rows, splits):
     assert abs(err - check(*args, **kw)) < 1e-3
 
 
+def test_split_combine_shape_follows_the_split_count(monkeypatch):
+    # COMBINE_BY_SPLITS (session 11): the largest key <= the plan's most splits of a tile wins;
+    # below every key, the (COMBINE_ROWS, COMBINE_SPLITS) default.
+    import kernels.paged_prefill as pp
+
+    monkeypatch.setattr(pp, "COMBINE_BY_SPLITS", {8: (4, 8), 16: (2, 16)})
+    shapes = {}
+    for ctx, tps in ((100, 16), (200, 16), (400, 16), (40, 64)):
+        plan = plan_prefill([3], [ctx + 3], 2, 4, tokens_per_split=tps, block_n=16)
+        shapes[plan.max_splits] = pp.combine_shape(plan)
+    assert shapes == {7: (16, 1), 13: (4, 8), 26: (2, 16), 1: (16, 1)}
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_split_combine_by_count_and_pdl_answer_the_same(pdl, monkeypatch):
+    # The combine shape chosen by count and the programmatic dependent launch (a plain launch
+    # where the GPU has none, e.g. the interpreter) merge as the reference does.
+    import kernels.paged_prefill as pp
+
+    monkeypatch.setattr(pp, "COMBINE_BY_SPLITS", {2: (2, 16)})
+    kw = dict(tokens_per_split=16, seed=3)
+    err = check(RAGGED_CTX, RAGGED_NEW, pdl_combine=pdl, **kw)
+    monkeypatch.setattr(pp, "COMBINE_BY_SPLITS", {})
+    assert abs(err - check(RAGGED_CTX, RAGGED_NEW, **kw)) < 1e-3
+
+
 def test_split_combine_knobs_are_powers_of_two():
     with pytest.raises(ValueError, match="combine_splits"):
         check([16], [4], tokens_per_split=16, combine_splits=3)
