@@ -25,6 +25,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvsched.host_speed import (
+    HostPricing,
+    HostSpeed,
+    HostSpeedExecutor,
+    host_price_s,
+    reference_s,
+)
 from policies import make_policy
 from reports.validation import latency_table
 from sim.cascade import CommonPrefixMemo, longest_decode, shared_reads
@@ -371,15 +378,29 @@ def measured_step_s(steps: pd.DataFrame, busy_after: np.ndarray) -> np.ndarray:
     return measured
 
 
-def step_errors(run: EngineRun, latency: LatencyModel, replayed: ReplayedSteps) -> pd.DataFrame:
+def step_errors(
+    run: EngineRun,
+    latency: LatencyModel,
+    replayed: ReplayedSteps,
+    host: HostPricing | None = None,
+) -> pd.DataFrame:
     """Predicted vs measured cost (`measured_step_s`) of every measured step; `shared`: each
-    step's decode reads of pages another decode of it reads too (`replay`)."""
+    step's decode reads of pages another decode of it reads too (`replay`). `host`: each
+    step's host part priced at the host's measured speed at its start (kvsched/host_speed.py)."""
     rows = run.steps.to_dict("records")
     plans = [step_plan(r) for r in rows]
     columns = (replayed.shared_tokens.tolist(), replayed.longest_decode.tolist())
     for plan, tokens, longest in zip(plans, *columns, strict=True):
         plan.decode_shared_tokens, plan.decode_ctx_max = tokens, longest
     predicted = np.array([latency.step_time_s(plan) for plan in plans])
+    if host is not None:
+        factor = host.factors(run.steps.start_s.to_numpy())
+        features = run.steps[list(HOST_FEATURES)].to_numpy(dtype=np.int64).tolist()
+        host_s = [
+            host_price_s(run.cfg.gpu, decodes, chunks, context, tokens, host.device_extra_s)
+            for decodes, chunks, context, tokens in features
+        ]
+        predicted = predicted + np.array(host_s) * (factor - 1.0)
     measured = measured_step_s(run.steps, replayed.busy_after)
     has_prefill = run.steps.num_prefill.to_numpy() > 0
     return pd.DataFrame({"measured_s": measured, "predicted_s": predicted, "prefill": has_prefill})
@@ -429,7 +450,7 @@ def measured_overheads(samples: list[dict[str, np.ndarray]]) -> dict[str, float]
     pooled = _pooled(samples)
     prefill = pooled["prefill"]
     scale, per_kv, priced = _device_scale(pooled)
-    host = _host_part(pooled, priced)
+    host = _host_part(pooled, priced) / pooled.get("speed", 1.0)  # at the reference speed
     overhead, per_decode = 0.0, 0.0
     if (~prefill).any():
         overhead, per_decode = _fit_nonneg_lad([pooled["num_decode"][~prefill]], host[~prefill])
@@ -496,9 +517,16 @@ def _fit_chunk_device(
     )
 
 
-def probe_samples(probes: list[EngineRun]) -> list[dict[str, np.ndarray]]:
-    """`overhead_samples` of each run, replayed on the engine's own queue."""
-    return [overhead_samples(p, replay(p, measured_requests(p)[0])[1]) for p in probes]
+def probe_samples(
+    probes: list[EngineRun], speeds: list[tuple[HostSpeed, float]] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """`overhead_samples` of each run, replayed on the engine's own queue (`speeds`: each
+    run's host speed and the reference it is stated against, kvsched/host_speed.py)."""
+    speeds = speeds or [None] * len(probes)  # type: ignore[list-item]
+    return [
+        overhead_samples(p, replay(p, measured_requests(p)[0])[1], speed)
+        for p, speed in zip(probes, speeds, strict=True)
+    ]
 
 
 # What a step with a prefill chunk's host time is fitted on (steps.csv columns)
@@ -524,12 +552,15 @@ def _host_part(sample: dict[str, np.ndarray], priced: np.ndarray) -> np.ndarray:
     return sample["off_device"] - np.where(sample["gpu_s"] > 0, 0.0, priced) + loop
 
 
-def overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.ndarray]:
+def overhead_samples(
+    run: EngineRun, replayed: ReplayedSteps, speed: tuple[HostSpeed, float] | None = None
+) -> dict[str, np.ndarray]:
     """Per step of one run: its priced kernels (calibration machine, no overhead terms), its GPU
     clock (`gpu_s`; 0 where the run has none), its time off that clock before subtracting it
     (duration + `sched_s`: preparation, launches, the sync, the scheduler planning and applying
-    it), the host features, and the loop's gaps between steps followed at once (next start -
-    start - duration - sched_s)."""
+    it), the host features, the loop's gaps between steps followed at once (next start -
+    start - duration - sched_s), and the host's speed at its start over the reference
+    (`speed`: the run's HostSpeed and the reference; 1 without)."""
     gpu = run.cfg.gpu.model_copy(
         update={**dict.fromkeys(OVERHEAD_TERMS, 0.0), "device_time_scale": 1.0}
     )
@@ -543,7 +574,11 @@ def overhead_samples(run: EngineRun, replayed: ReplayedSteps) -> dict[str, np.nd
     cycle = measured_step_s(steps, replayed.busy_after)
     busy = replayed.busy_after.copy()
     busy[-1:] = False  # the last step has no next start
+    factor = np.ones(len(steps))
+    if speed is not None:
+        factor = speed[0].at(steps.start_s.to_numpy()) / speed[1]
     return {
+        "speed": factor,
         "priced": errors.predicted_s.to_numpy(),
         "gpu_s": np.where(np.isfinite(gpu_s), gpu_s, 0.0),
         "off_device": own - np.where(np.isfinite(gpu_s) & (gpu_s > 0), gpu_s, 0.0),
@@ -699,11 +734,15 @@ def with_overheads(run: EngineRun, overheads: dict[str, float], source: str) -> 
 
 # -- serving: the simulator on the same requests -----------------------------------------------
 def simulate(
-    run: EngineRun, requests: list[Request], num_clients: int | None
+    run: EngineRun,
+    requests: list[Request],
+    num_clients: int | None,
+    host: HostPricing | None = None,
 ) -> tuple[pd.DataFrame, int]:
     """requests.csv of a simulation of the same requests on the same config, and the output
-    tokens it generated (finished requests or not)."""
-    cfg = run.cfg
+    tokens it generated (finished requests or not). `host`: each step's host part at the
+    host's measured speed at its start (step by step: `exact_steps`)."""
+    cfg = run.cfg if host is None else run.cfg.model_copy(update={"exact_steps": True})
     if num_clients is None:  # open loop: each request at the time it reached the engine
         arrival = dict(
             zip(run.requests.request_id.astype(int), run.requests.arrival_s, strict=True)
@@ -714,6 +753,9 @@ def simulate(
     else:  # closed loop: the same clients draw the same stream, as far as the simulation goes
         workload = Workload("engine-replay", run_workload(cfg).requests, num_clients=num_clients)
     cluster = Cluster(cfg, workload, np.random.default_rng([cfg.seed, 1]), make_policy)
+    if host is not None:
+        for node in cluster.nodes:
+            node.executor = HostSpeedExecutor(node.executor, cfg.gpu, host)
     cluster.run()
     generated = sum(seq.num_generated for seq in cluster.sequences)
     return request_frame(cluster.sequences, "sim"), generated
@@ -849,29 +891,36 @@ def validate(
     overhead_from: list[Path] | None = None,
     measured_terms: dict[str, str] | None = None,
     repeat: Path | None = None,
+    host_speed: bool = False,
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The fidelity numbers and the tables the validation report draws. `overhead_from`: engine
     runs (probes of the same model and GPU) whose overhead terms, measured on their steps
     pooled, are added to the price (held out: measured there, judged here). `measured_terms`: `gpu.shared_page_reads` / `gpu.ragged_decode` /
     `gpu.prefill_batch` values to price with instead of the run config's. `repeat`: another
     engine run of the same config, compared with this one as the simulation is
-    (`repeat_errors`)."""
+    (`repeat_errors`). `host_speed`: the host's measured speed replayed (kvsched/host_speed.py;
+    the overhead terms then come from the probes, `overhead_from`)."""
     run = _pricing(load_engine_run(run_dir), measured_terms)
     requests, num_clients = measured_requests(run)
     counts, replayed = replay(run, requests)
-    own = overhead_samples(run, replayed)
+    speeds = _host_speeds(run_dir, overhead_from) if host_speed else None
+    own = overhead_samples(run, replayed, speeds[0] if speeds else None)
     measured = measured_overheads([own])
+    host = None
     if overhead_from:
         source = f"measured on {' + '.join(p.name for p in overhead_from)} (kvsched validate)"
         _check_held_out(run_dir, overhead_from)
         probes = [_pricing(load_engine_run(p), measured_terms) for p in overhead_from]
         for path, probe in zip(overhead_from, probes, strict=True):
             _check_same_engine(path, probe, run)
-        run = with_overheads(run, measured_overheads(probe_samples(probes)), source)
+        samples = probe_samples(probes, speeds[1:] if speeds else None)
+        run = with_overheads(run, measured_overheads(samples), source)
+        if speeds:
+            host = HostPricing(*speeds[0], chunk_device_terms(samples)[1])
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
-    steps = step_errors(run, latency, replayed)
+    steps = step_errors(run, latency, replayed, host)
     step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())
-    simulated, sim_generated = simulate(run, requests, num_clients)
+    simulated, sim_generated = simulate(run, requests, num_clients, host)
     sim_cached = dict(zip(simulated.request_id, simulated.cached_tokens, strict=True))
     free_mismatch = sum(
         sim_cached.get(i, c) != c
@@ -884,6 +933,7 @@ def validate(
         "shared_page_reads": run.cfg.gpu.shared_page_reads,
         "ragged_decode": run.cfg.gpu.ragged_decode,
         "prefill_batch": run.cfg.gpu.prefill_batch,
+        **_host_speed_fields(host),
         **{name: getattr(run.cfg.gpu, name) for name in OVERHEAD_TERMS},
         **{f"measured_{name}": value for name, value in measured.items()},
         "step_time_median_abs_err": _pct(step_err, 50),
@@ -903,6 +953,39 @@ def validate(
     result = _finite(result)
     tables = {"steps": steps, "measured": run.requests, "simulated": simulated}
     return result, tables
+
+
+def _host_speeds(run_dir: Path, overhead_from: list[Path] | None) -> list[tuple[HostSpeed, float]]:
+    """(HostSpeed, reference) of the run, then of each probe: the reference is the probes'
+    median probe time, so the host terms are stated at the speed the probes mostly ran at."""
+    if not overhead_from:
+        raise ConfigError("--host-speed: needs --overhead-from (the probes the terms come from)")
+    probes = [_read_host_speed(p) for p in overhead_from]
+    reference = reference_s(probes)
+    return [(s, reference) for s in [_read_host_speed(run_dir), *probes]]
+
+
+def _read_host_speed(run_dir: Path) -> HostSpeed:
+    path = run_dir / ARM / "host_speed.csv"
+    if not path.is_file():
+        raise ConfigError(
+            f"--host-speed: {run_dir} has no {ARM}/host_speed.csv (engine runs served since "
+            "session 11 of 2026-12-01 have one)"
+        )
+    frame = _read_table(path, ["t_s", "probe_s"], {"t_s": ("float", 0), "probe_s": ("float", 1e-9)})
+    return HostSpeed.smoothed(frame.t_s.to_numpy(), frame.probe_s.to_numpy())
+
+
+def _host_speed_fields(host: HostPricing | None) -> dict:
+    if host is None:
+        return {}
+    factors = host.factors(host.speed.t_s)
+    return {
+        "host_speed_reference_s": host.reference,
+        "host_speed_factor_p10": float(np.percentile(factors, 10)),
+        "host_speed_factor_median": float(np.median(factors)),
+        "host_speed_factor_p90": float(np.percentile(factors, 90)),
+    }
 
 
 # -- the command -----------------------------------------------------------------------------------
@@ -983,7 +1066,9 @@ def cmd_validate(args) -> int:
     }
     measured_terms = {k: v for k, v in terms.items() if v is not None}
     repeat = None if args.repeat is None else Path(args.repeat)
-    result, tables = validate(Path(args.run_dir), overhead_from, measured_terms, repeat)
+    result, tables = validate(
+        Path(args.run_dir), overhead_from, measured_terms, repeat, args.host_speed
+    )
     print("\n".join(summary_lines(result)))
     if args.json:
         text = json.dumps(result, indent=2) + "\n"
@@ -1033,5 +1118,11 @@ def register(sub) -> None:
         choices=["measured", "sum"],
         help="price a step's prefill chunks as one launch (gpu.prefill_batch; default: as the "
         "run's config says)",
+    )
+    p.add_argument(
+        "--host-speed",
+        action="store_true",
+        help="replay the host's measured speed (engine/host_speed.csv of the run and of the "
+        "--overhead-from probes): each step's host part at the speed of its start",
     )
     p.set_defaults(func=cmd_validate)

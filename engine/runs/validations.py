@@ -6,8 +6,11 @@ tests/app/test_engine_runs.py recomputes and compares).
 Per run: validation.json (`kvsched validate RUN`: the kernels as calibrated). Per workload run
 and per repeat (not a probe): validation_heldout.json (`--overhead-from` the probes of the same
 model and TP), and validation_heldout_<term>.json (the same with one measured term on: l2,
-ragged, prefill; `all`: all three). A run with a repeat beside it (`<run>_repeat/`, the same config
-served again in the same device call) carries the engine's run-to-run errors (`--repeat`).
+ragged, prefill; `all`: all three; a repeat only `all`). A run with a repeat beside it
+(`<run>_repeat/`, the same config served again in the same device call) carries the engine's
+run-to-run errors (`--repeat`). Where the run and its probes recorded the host's speed
+(host_speed.csv, since session 11): validation_heldout_all_host.json, all three terms with the
+host's measured speed replayed (`--host-speed`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,19 @@ def repeat_for(run_dir: Path) -> Path | None:
     return repeat if (repeat / "engine" / "steps.csv").is_file() else None
 
 
+def has_host_speed(run_dir: Path) -> bool:
+    """The run and its probes recorded the host's speed (engine/host_probe.py)."""
+    runs = [run_dir, *probes_for(run_dir)]
+    return all((r / "engine" / "host_speed.csv").is_file() for r in runs)
+
+
+def terms_for(run_dir: Path) -> dict[str, dict[str, str]]:
+    """The measured-term variants a workload run is judged with (a repeat: all three only)."""
+    if run_dir.name.endswith("_repeat"):
+        return {"all": MEASURED_TERMS["all"]}
+    return MEASURED_TERMS
+
+
 def is_workload(run_dir: Path) -> bool:
     """Not a probe. A repeat is judged like its workload: its held-out errors beside the
     workload's show how far the metrics themselves move from one run of a config to the next."""
@@ -79,9 +95,12 @@ def main() -> None:
         if not probes:
             raise SystemExit(f"{run_dir.name}: no probe run of its model and TP beside it")
         write(validate(run_dir, probes, repeat=repeat)[0], run_dir / "validation_heldout.json")
-        for name, terms in MEASURED_TERMS.items():
+        for name, terms in terms_for(run_dir).items():
             result = validate(run_dir, probes, terms, repeat)[0]
             write(result, run_dir / f"validation_heldout_{name}.json")
+        if has_host_speed(run_dir):
+            result = validate(run_dir, probes, MEASURED_TERMS["all"], repeat, host_speed=True)[0]
+            write(result, run_dir / "validation_heldout_all_host.json")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,25 @@ def test_held_out_with_measured_terms_on(run_dir, name):
     assert_committed(result, run_dir / f"validation_heldout_{name}.json")
 
 
+WITH_HOST = sorted(p.parent for p in RUNS.glob("*/validation_heldout_all_host.json"))
+
+
+@pytest.mark.parametrize("run_dir", WITH_HOST, ids=[p.name for p in WITH_HOST])
+def test_held_out_with_the_host_speed_replayed(run_dir):
+    """All three measured terms, with the host's measured speed replayed (kvsched/host_speed.py;
+    runs served since session 11)."""
+    needs_trace_slice(run_dir)
+    result, _ = validate(
+        run_dir,
+        runs.probes_for(run_dir),
+        MEASURED_TERMS["all"],
+        runs.repeat_for(run_dir),
+        host_speed=True,
+    )
+    assert result["host_speed_reference_s"] > 0
+    assert_committed(result, run_dir / "validation_heldout_all_host.json")
+
+
 def assert_committed(result: dict, committed: Path) -> None:
     assert committed.is_file(), f"{committed} is not committed"
     assert_same(result, json.loads(committed.read_text()))

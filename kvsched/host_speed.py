@@ -1,0 +1,99 @@
+"""The serving host's measured speed, replayed in a validation (`kvsched validate --host-speed`).
+
+An engine run since session 11 records how long a fixed piece of pure Python took every 20 ms
+(engine/host_probe.py, host_speed.csv). The H200 VM's host runs that piece at two speeds, ~1.5-2x
+apart, for seconds at a time (engine/runs/host_speed.py), and every step's host part with it;
+the simulator prices host work at one speed. With `--host-speed` the validation puts the
+measured speed back: the probes' host samples are divided by the speed they ran at (the terms
+are then those of the probes' median speed), and each workload step's host price is multiplied
+by the speed at its start. Only the host part moves: the GPU's clock and the device terms are
+not the host's. This replays the serving machine as measured, as the arrival times are; a
+what-if study, which has no measured run, prices at one speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config import GpuConfig
+from sim.executor import StepExecutor
+from sim.latency.base import StepShape
+from sim.latency.factory import overhead_terms
+from sim.scheduler import Step
+
+WINDOW_S = 0.25  # the speed at t: the median probe within +-WINDOW_S / 2 (~12 samples)
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    """A run's probe samples, smoothed: seconds of the probe at each sample's time."""
+
+    t_s: np.ndarray
+    probe_s: np.ndarray  # the window median around each sample
+
+    @classmethod
+    def smoothed(cls, t_s: np.ndarray, probe_s: np.ndarray) -> HostSpeed:
+        """From the probe's samples (any order; positive seconds)."""
+        order = np.argsort(t_s, kind="stable")
+        t, probe = t_s[order].astype(np.float64), probe_s[order].astype(np.float64)
+        lo = np.searchsorted(t, t - WINDOW_S / 2, side="left")
+        hi = np.searchsorted(t, t + WINDOW_S / 2, side="right")
+        return cls(t, np.array([np.median(probe[a:b]) for a, b in zip(lo, hi, strict=True)]))
+
+    def at(self, times: np.ndarray | float) -> np.ndarray:
+        """The smoothed probe seconds at `times` (the nearest sample's)."""
+        times = np.atleast_1d(np.asarray(times, dtype=np.float64))
+        right = np.clip(np.searchsorted(self.t_s, times), 0, self.t_s.size - 1)
+        left = np.clip(right - 1, 0, self.t_s.size - 1)
+        nearer_left = np.abs(times - self.t_s[left]) <= np.abs(self.t_s[right] - times)
+        return self.probe_s[np.where(nearer_left, left, right)]
+
+
+def reference_s(speeds: list[HostSpeed]) -> float:
+    """The probe seconds the host terms are stated at: the median over the given runs."""
+    return float(np.median(np.concatenate([s.probe_s for s in speeds])))
+
+
+@dataclass(frozen=True)
+class HostPricing:
+    """What prices a run's host parts at its measured speed: the speed, the probe seconds the
+    host terms are stated at, and the device fit's fixed extra per chunk step (carried by
+    `gpu.prefill_step_overhead_s` with the host's, not host work)."""
+
+    speed: HostSpeed
+    reference: float
+    device_extra_s: float
+
+    def factors(self, times: np.ndarray | float) -> np.ndarray:
+        return self.speed.at(times) / self.reference
+
+
+def host_price_s(
+    gpu: GpuConfig, num_decode: int, chunks: int, context: int, tokens: int, device_extra_s: float
+) -> float:
+    """The host part of a step's price: the host terms (`OverheadTerms.host_s`) less the
+    device fit's fixed extra."""
+    host = overhead_terms(gpu).host_s(num_decode, chunks, context, tokens)
+    return host - (device_extra_s if tokens else 0.0)
+
+
+def shape_host_price_s(gpu: GpuConfig, shape: StepShape, device_extra_s: float) -> float:
+    tokens, chunks, context = sum(shape.prefill_new), len(shape.prefill_new), sum(shape.prefill_ctx)
+    return host_price_s(gpu, shape.num_decode, chunks, context, tokens, device_extra_s)
+
+
+class HostSpeedExecutor:
+    """A node's executor whose steps' host part runs at the measured speed of their start:
+    the inner price plus the host price times (speed / reference - 1). Step-by-step only (the
+    cluster runs with `exact_steps`): decode spans price ahead of time, at no known start."""
+
+    def __init__(self, inner: StepExecutor, gpu: GpuConfig, host: HostPricing):
+        self.inner, self.gpu, self.host = inner, gpu, host
+
+    def run_step(self, node_id: int, step: Step, now: float) -> float:
+        step_s = self.inner.run_step(node_id, step, now)
+        factor = float(self.host.factors(now)[0])
+        host_s = shape_host_price_s(self.gpu, step.shape(), self.host.device_extra_s)
+        return step_s + host_s * (factor - 1.0)
