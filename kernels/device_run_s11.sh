@@ -17,6 +17,8 @@
 #         3. decode launches with a separate combine: PDL vs plain (prepared, two passes)
 #         4. decode on the calibration's shards (32 q / 8 KV, 32 q / 4 KV): deferred_row_sum
 #            (capped at 128 registers) vs the defaults, prepared, two passes
+# Call 1's sweep chose the prefill combine shape by split count (2 x 16 from 12 splits, 1 x 32
+# from 32: COMBINE_BY_SPLITS); PDL and deferred_row_sum (capped) stay off (slower or no gain).
 # calib (call 2): GPU tests of the defaults, then ONE re-calibration of every part but the NCCL
 #         all-reduce on one machine with decode and prefill attention timed as the engine runs
 #         them (prepared once per step, launched per layer) and decode_attn's batch grid with
@@ -42,7 +44,8 @@ if [ "$mode" = calib ]; then
     "256x8K", "1x128K", "12x4500", "24x2K", "48x4500"]' --decode-sweep '[{}, {"_prepared": true}]' \
     2>&1 | tee -a "$log"
   timeout "$(left 30 0)" python3 -m kernels.bench_prefill --suite small --out "$OUT/bench_small_s11_call2.json" \
-    --small-cases '[[32768, 1], [32768, 16], [32768, 64]]' 2>&1 | tee -a "$log"
+    --small-cases '[[32768, 1], [32768, 2], [32768, 4], [32768, 8], [32768, 16], [32768, 64]]' \
+    2>&1 | tee -a "$log"
   step "done"
   exit 0
 fi

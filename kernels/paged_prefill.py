@@ -142,9 +142,13 @@ COMBINE_ROWS = 16
 COMBINE_SPLITS = 1
 # Session 11: the combine's shape by the plan's most splits per tile, {fewest splits: (rows,
 # splits per load)}; the largest key <= the plan's count wins, none: (COMBINE_ROWS,
-# COMBINE_SPLITS). Session 10 measured 16 splits (16 tokens over 32K) 2 x 16 faster and 4
-# splits (64 tokens) 16 x 1.
-COMBINE_BY_SPLITS: dict[int, tuple[int, int]] = {}
+# COMBINE_SPLITS). H200 sweep of 2026-12-01 04:20 UTC (measurements/bench_small_s11_call1.json,
+# prepared launches, mean of two passes), ms, 16 x 1 -> 2 x 16 -> 1 x 32: 33 splits (2 / 4
+# tokens over 32K) 0.0606 -> 0.0554 -> 0.0536 / 0.0702 -> 0.0574 -> 0.0558, (4 over 8K) 0.0414
+# -> 0.0285 -> 0.0275; 15-16 splits (8 / 16 tokens over 32K) 0.0728 -> 0.0665 / 0.0624 ->
+# 0.0577, (16 over 8K) 0.0322 -> 0.0284; 11 splits (48 over 32K) 0.1308 / 0.1313; 8 and 4
+# splits (24-32 and 64 tokens): 16 x 1 fastest by 3-20%.
+COMBINE_BY_SPLITS: dict[int, tuple[int, int]] = {12: (2, 16), 32: (1, 32)}
 _WORK_COLS = 5  # req, q_start, kv_start, kv_end, slot (-1: write out directly)
 _COMB_COLS = 4  # req, q_start, first_slot, n_splits
 

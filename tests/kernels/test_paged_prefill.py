@@ -117,6 +117,21 @@ def test_split_combine_shape_follows_the_split_count(monkeypatch):
     assert shapes == {7: (16, 1), 13: (4, 8), 26: (2, 16), 1: (16, 1)}
 
 
+def test_split_combine_default_shapes_by_count():
+    # The H200 sweep's choice (session 11): 16 x 1 under 12 splits, 2 x 16 from 12, 1 x 32 from
+    # 32; on the interpreter both wide shapes (one and two loads of 32) merge as 16 x 1 does.
+    import kernels.paged_prefill as pp
+
+    want = {7: (16, 1), 11: (16, 1), 12: (2, 16), 31: (2, 16), 32: (1, 32), 40: (1, 32)}
+    for splits, shape in want.items():
+        plan = plan_prefill([3], [16 * splits], 2, 4, tokens_per_split=16, block_n=16)
+        assert plan.max_splits == splits and pp.combine_shape(plan) == shape
+    for ctx in ([200, 40], [600, 9]):  # 13 and 38 splits of the longest tile
+        kw = dict(tokens_per_split=16, seed=len(ctx))
+        err = check(ctx, [3, 5], **kw)
+        assert abs(err - check(ctx, [3, 5], combine_rows=16, combine_splits=1, **kw)) < 1e-3
+
+
 @pytest.mark.parametrize("pdl", [False, True])
 def test_split_combine_by_count_and_pdl_answer_the_same(pdl, monkeypatch):
     # The combine shape chosen by count and the programmatic dependent launch (a plain launch
