@@ -112,7 +112,13 @@ class Node(SchedulerQueues):
         self._span_prices: list[float] = []
         self._span_times: list[float] = []
         self._span: Span | None = None  # the span on the clock
-        self._span_first_sum = 0  # decode context sum of step 1
+        self._span_first_sum = 0  # decode context sum of step 1 (less its prompts' chunks)
+        self._span_step: Step | None = None  # the batch decode the span repeats
+        # Step 1 completed these prompts (request, chunk): its pair applied later (`_sync`),
+        # with the decodes' (None: step 1 was a batch decode, or its pair is applied); and the
+        # tokens each request computes in step 1 beyond a decode's one (what readers add)
+        self._span_prefills: list[tuple[Sequence, int]] | None = None
+        self._span_ahead: list[int] | None = None
         self._span_keys: set[int] | None = None  # page keys the span indexes (when asked)
         if self._span_ok:
             env.syncs.append(self._sync)  # type: ignore[attr-defined]
@@ -174,7 +180,7 @@ class Node(SchedulerQueues):
         applying them where that is all they do (Scheduler.usage_ahead)."""
         pairs = self._span_index + 1 - self._span_applied  # steps ended, not applied
         if pairs > 0:
-            usage = self.scheduler.usage_ahead(self._batch_seqs, pairs)
+            usage = self.scheduler.usage_ahead(self._batch_seqs, pairs, self._span_ahead)
             if usage is not None:
                 return usage, self.scheduler.kv.counters()
         return self.kv.usage(), self.scheduler.kv.counters()
@@ -190,6 +196,7 @@ class Node(SchedulerQueues):
             stored = self._span_keys = self.scheduler.span_store_keys(
                 self._batch_seqs,
                 self._span.last,  # type: ignore[union-attr]
+                self._span_ahead,
             )
         if not stored.isdisjoint(keys):
             self._sync()
@@ -203,7 +210,8 @@ class Node(SchedulerQueues):
         if pairs <= 0:
             return 0, 0
         scheduler = self.scheduler
-        return scheduler.span_tokens(self._batch_seqs, pairs), scheduler.retired_tokens()
+        taken = scheduler.span_tokens(self._batch_seqs, pairs, self._span_ahead)
+        return taken, scheduler.retired_tokens()
 
     @property
     def num_preemptions(self) -> int:
@@ -258,6 +266,7 @@ class Node(SchedulerQueues):
                 self._span = None
                 self._span_applied = 1
                 self._span_prices, self._span_times = [], []
+                self._span_prefills = self._span_ahead = None  # (step 1 ended last, if so)
             if self._batch_decode:
                 if self._repeat():
                     return
@@ -306,6 +315,8 @@ class Node(SchedulerQueues):
             else:
                 step_s = self.executor.run_step(self.node_id, step, now)
                 self._in_flight = (step, now, step_s)
+                if self._span_ok and self._start_prefill_span(step, now, step_s):
+                    return None  # its end is the span's first
             if self.exact_steps:
                 return self.env.timeout(step_s)
             self.env.park(now + step_s, self)  # type: ignore[attr-defined]
@@ -359,7 +370,41 @@ class Node(SchedulerQueues):
         repeats = scheduler.decode_span(seqs, now + step_s)
         if repeats < 1:
             return False
-        size, first = len(seqs), self._decode_sum  # step 1's context sum
+        if not self._run_span(step, now, step_s, repeats, self._decode_sum):
+            return False
+        self._span_prefills = self._span_ahead = None
+        return True
+
+    def _start_prefill_span(self, step: Step, now: float, step_s: float) -> bool:
+        """The general step `step` was just planned (it runs from `now` for `step_s`): when it
+        decodes every running request but the ones whose prompts it completes, and from its end
+        the whole batch would decode on as after a batch decode (Scheduler.prefill_span), start
+        a decode span with it as step 1; its pair is applied later too (`_sync`: its prompt
+        chunks counted, then as the decodes'), as the step-by-step driver applies it at its end.
+        Only where a decode step's price is its size and context sum alone (the prompts' pages
+        are not decodes' yet: pricing from the block tables would read them too early)."""
+        if not self._span_chunked or step_s <= 0.0:
+            return False
+        repeats = self.scheduler.prefill_span(step, now + step_s)
+        if repeats < 1:
+            return False
+        items = step.items
+        seqs = [seq for seq, _, _ in items]
+        decode = Step(items=[(seq, 1, False) for seq in seqs])  # what `schedule` plans then
+        # step 2's context sum, less one token a request (each computes n tokens in step 1)
+        first = sum([seq.num_computed + n for seq, n, _ in items])
+        self._batch_seqs = seqs
+        if not self._run_span(decode, now, step_s, repeats, first):
+            return False
+        self._span_prefills = [(seq, n) for seq, n, prefill in items if prefill]
+        self._span_ahead = [n - 1 if prefill else 0 for _, n, prefill in items]
+        return True
+
+    def _run_span(self, step: Step, now: float, step_s: float, repeats: int, first: int) -> bool:
+        """Start a span of step 1 (priced `step_s`) and `repeats` batch decodes `step` after it,
+        step 2's context sum `first` + the batch size, one more per request a step: False
+        where the executor does not price them by their sums."""
+        size = len(self._batch_seqs)
         steps = repeats + 1  # step 1 and one planned by each repeat
         priced = min(steps, SPAN_CHUNK) if self._span_chunked else steps
         sums = range(first + size, first + size * priced, size)  # steps 2 .. priced
@@ -373,6 +418,7 @@ class Node(SchedulerQueues):
         times = self._span_times = list(accumulate(prices, initial=now))
         self._span = self.env.start_span(self, times)  # type: ignore[attr-defined]
         self._span_first_sum = first
+        self._span_step = step
         self.in_span = True
         self._span_counted = 0
         self._span_applied = 1  # pair 0 (step 0's end, before the span) planned step 1
@@ -386,7 +432,7 @@ class Node(SchedulerQueues):
         size, done = len(seqs), span.last
         priced = min(self._span_todo, SPAN_CHUNK)
         first = self._span_first_sum + size * done  # step done + 1's context sum
-        prices = self._span_prices_of(self._in_flight[0], range(first, first + size * priced, size))  # type: ignore[misc]
+        prices = self._span_prices_of(self._span_step, range(first, first + size * priced, size))  # type: ignore[misc]
         if prices is None or min(prices) <= 0.0:
             self._span_todo = 0
             return False
@@ -404,18 +450,20 @@ class Node(SchedulerQueues):
         k = self._span_index
         if self._span_applied > k:
             return
-        step = self._in_flight[0]  # type: ignore[index]
         prices, times = self._span_prices, self._span_times
         counted = self._span_counted
         self.busy_s = reduce(add, prices[counted:k], self.busy_s)  # += each, in order
         self.num_steps += k - counted
         self.num_span_steps += k - counted
         self._span_counted = k
-        seqs = self._batch_seqs
-        self.scheduler.repeat_decodes(seqs, times[self._span_applied : k + 1])
+        seqs, prefills = self._batch_seqs, self._span_prefills
+        if prefills is not None:  # step 1's pair first: the batch decodes from its end on
+            self._span_prefills = self._span_ahead = None
+            self._batch_decode = True
+        self.scheduler.repeat_decodes(seqs, times[self._span_applied : k + 1], prefills)
         self._span_applied = k + 1
         self._decode_sum = self._span_first_sum + len(seqs) * k
-        self._in_flight = (step, times[k], prices[k])
+        self._in_flight = (self._span_step, times[k], prices[k])  # type: ignore[assignment]
 
     def _complete(self) -> None:
         """The step in flight ended at the clock's time: record it and apply it."""

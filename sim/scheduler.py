@@ -286,30 +286,84 @@ class Scheduler:
         limit = min([seq.req.output_tokens - seq.num_generated for seq in seqs]) - 1
         return span(seqs, limit, end_s)
 
-    def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
+    def prefill_span(self, step: Step, end_s: float) -> int:
+        """`decode_span` for a step in flight until `end_s` that decodes every running request
+        but some, in order, and completes the prompts of those (none has a token yet): at its
+        end each takes its first token and, admission aside, the next `schedule` decodes the
+        whole batch. How many (apply, plan again) pairs in a row, this step's first, change only
+        the node itself, as if the step decoded one token of each and the prompts' other tokens
+        were computed already (`repeat_decodes` with them). 0 for any other step (one that
+        preempts, rejects or finishes a request, or leaves a chunk of a prompt to go), or when
+        the next `schedule` would try to admit the waiting head."""
+        items, running = step.items, self.running
+        span = self._decode_span
+        if span is None or step.preempted or step.rejected or len(items) != len(running):
+            return 0
+        if self.would_admit(len(running)):
+            return 0
+        ahead = []  # tokens each request computes at the step's end beyond a decode's one
+        limit = 1 << 62
+        for (seq, n, prefill), same in zip(items, running, strict=True):
+            generated = seq.num_generated
+            if seq is not same:
+                return 0
+            if prefill:
+                if generated or seq.num_computed + n != seq.prompt_tokens:
+                    return 0  # a chunk to go (or recomputed outputs)
+                ahead.append(n - 1)
+            elif generated:
+                ahead.append(0)
+            else:
+                return 0
+            limit = min(limit, seq.req.output_tokens - generated)
+        return span(running, limit - 1, end_s, ahead)
+
+    def span_tokens(self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None) -> int:
         """KV tokens the next `pairs` repeats of a span take from the free list (not applied
         yet): what the KV's used tokens grow by when they are (`repeat_decodes`), and its free
-        tokens fall by, less `retired_tokens()`."""
-        return self.kv.span_tokens(seqs, pairs)  # type: ignore[attr-defined]
+        tokens fall by, less `retired_tokens()`. `ahead`: a `prefill_span`'s first pair not
+        applied yet: the tokens each request computes in it beyond a decode's one."""
+        return self.kv.span_tokens(seqs, pairs, ahead)  # type: ignore[attr-defined]
 
     def retired_tokens(self) -> int:
         """KV tokens in retired pages: a span may start with some, which its first repeat
         returns to the free list (`decode_span`)."""
         return self.kv.retired_tokens()  # type: ignore[attr-defined]
 
-    def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage | None:
+    def usage_ahead(
+        self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None
+    ) -> KVUsage | None:
         """The KV's usage once the next `pairs` repeats of a span are applied (not applied
-        yet), or None when only applying them tells."""
-        return self.kv.usage_ahead(seqs, pairs)  # type: ignore[attr-defined]
+        yet), or None when only applying them tells (`ahead`: as `span_tokens`')."""
+        return self.kv.usage_ahead(seqs, pairs, ahead)  # type: ignore[attr-defined]
 
-    def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
-        """Page keys the next `pairs` repeats of a span index (not applied yet)."""
-        return self.kv.span_store_keys(seqs, pairs)  # type: ignore[attr-defined]
+    def span_store_keys(
+        self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None
+    ) -> set[int]:
+        """Page keys the next `pairs` repeats of a span index (not applied yet; `ahead`: as
+        `span_tokens`')."""
+        return self.kv.span_store_keys(seqs, pairs, ahead)  # type: ignore[attr-defined]
 
-    def repeat_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
+    def repeat_decodes(
+        self,
+        seqs: list[Sequence],
+        ends: list[float],
+        prefills: list[tuple[Sequence, int]] | None = None,
+    ) -> None:
         """`repeat_decode(seqs, now)` at each of these times, in order, for a run `decode_span`
-        allowed: the same end state (the KV counts the requests' tokens too)."""
-        self.kv.advance_decodes(seqs, ends)  # type: ignore[attr-defined]
+        allowed: the same end state (the KV counts the requests' tokens too). `prefills`: the
+        run `prefill_span` allowed, its first pair `apply` then `schedule` of the step that
+        completed these prompts (request, chunk): each chunk's tokens but its last are counted
+        computed first, that one as a decode's, and each request takes its first token at the
+        first end (the same end state: its prompt's pages are indexed at that end)."""
+        kv = self.kv
+        if prefills:
+            for seq, n in prefills:
+                kv.add_computed(seq, n - 1)  # type: ignore[attr-defined]
+        kv.advance_decodes(seqs, ends)  # type: ignore[attr-defined]
+        if prefills:
+            for seq, _ in prefills:
+                seq.first_token_s = ends[0]
         self.num_planned += len(ends)
 
     def finish(self, seq: Sequence, now: float) -> None:

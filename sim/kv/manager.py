@@ -8,6 +8,7 @@ gives everything back, `on_computed` offers finished prompt pages to the prefix 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -175,46 +176,64 @@ class PagedKV:
                 seq.kv_tokens = want
         self.held_tokens += held
 
-    def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
+    def span_tokens(self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None) -> int:
         """Slots the next `pairs` (apply, plan again) pairs of a run `decode_span` allowed take
         from the free list (whole new pages; the requests as last applied): what used_tokens()
         grows by once they are applied (advance_decodes), and free_tokens() falls by, less
-        `retired_tokens()` (the first pair returns them)."""
+        `retired_tokens()` (the first pair returns them). `ahead`: as `decode_span`'s, for the
+        first pair (not applied yet)."""
         size = self.page_size
         pages = 0
-        for seq in seqs:
-            new = -(-(seq.num_computed + 1 + pairs) // size) - len(seq.pages)
+        for seq, extra in zip(seqs, ahead or repeat(0), strict=False):  # (zeros: no ahead)
+            new = -(-(seq.num_computed + extra + 1 + pairs) // size) - len(seq.pages)
             if new > 0:
                 pages += new
         return pages * size
 
-    def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
+    def span_store_keys(
+        self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None
+    ) -> set[int]:
         """Page keys the next `pairs` (apply, plan again) pairs of a run `decode_span` allowed
-        index (the requests as last applied): the only routing-table entries they touch."""
+        index (the requests as last applied): the only routing-table entries they touch.
+        `ahead`: as `decode_span`'s, for the first pair (not applied yet)."""
         if not self.cache.prefix_cache:
             return set()
         size, keys = self.page_size, set()
-        for seq in seqs:
-            c = seq.num_computed + pairs
+        for seq, extra in zip(seqs, ahead or repeat(0), strict=False):  # (zeros: no ahead)
+            c = seq.num_computed + extra + pairs
             full = (c if self.cache_outputs else min(c, seq.prompt_tokens)) // size
             if seq.cacheable and full > seq.stored_pages:
                 page_keys = self._keys_and_tokens(seq, full)[0]
                 keys.update(page_keys[seq.stored_pages : full].tolist())
         return keys
 
-    def decode_span(self, seqs: list[Sequence], limit: int, first_end_s: float) -> int:
+    def decode_span(
+        self,
+        seqs: list[Sequence],
+        limit: int,
+        first_end_s: float,
+        ahead: list[int] | None = None,
+    ) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch, starting
         with the step in flight (ending at `first_end_s`), take their new pages from the free
         list with nothing retired to reclaim after the first pair (0 when the first already
         does more): pages retired before it all return to the free list at its end, after the
         pages the pairs take (they do not count). Pages they fill may be indexed: nothing
         but the node's own steps reads or changes its index while they run (the node applies
-        them before anything else does), so `advance_decodes` indexes them later, in order."""
+        them before anything else does), so `advance_decodes` indexes them later, in order.
+        `ahead`: tokens each request's step in flight computes beyond a decode's one (a prompt's
+        last chunk: its pages are taken already, Scheduler.prefill_span)."""
         pool = self.cache.pool
         if limit <= 0 or not pool.returns_all_at(first_end_s):
             return 0
         size, n = self.page_size, limit
         free = pool.num_free
+        if ahead is not None:
+            tables = [
+                (seq.num_computed + 1 + extra, len(seq.pages) * size)
+                for seq, extra in zip(seqs, ahead, strict=True)
+            ]
+            return self._pairs_that_fit(tables, n, free)
         new_slots = 0  # pages_for(n), without building the tables (the usual answer: all fit)
         for seq in seqs:
             short = -(-(seq.num_computed + 1 + n) // size) * size - len(seq.pages) * size
@@ -223,10 +242,18 @@ class PagedKV:
         if new_slots <= free * size:
             return n
         tables = [(seq.num_computed + 1, len(seq.pages) * size) for seq in seqs]
+        return self._pairs_that_fit(tables, n, free)
+
+    def _pairs_that_fit(self, tables: list[tuple[int, int]], n: int, free: int) -> int:
+        """The most pairs, up to n, whose new pages the free list covers: `tables` holds each
+        request's tokens after the first pair and its slots now."""
+        size = self.page_size
 
         def pages_for(m: int) -> int:  # new pages m pairs take (each plans one more token)
             return sum(max(0, -(-(want + m) // size) * size - slots) for want, slots in tables)
 
+        if pages_for(n) <= free * size:
+            return n
         low, high = 0, n  # pages_for(low) fits, pages_for(high) does not
         while high - low > 1:
             mid = (low + high) // 2
@@ -311,6 +338,13 @@ class PagedKV:
         out.extend((f * size - computed - 1, b, f) for f in range(max(first, stored) + 1, full + 1))
         return out
 
+    def add_computed(self, seq: Sequence, num_tokens: int) -> None:
+        """Count `num_tokens` more computed tokens of `seq`, nothing else: a decode span whose
+        first step completed the prompt applies that step so, its last token as a decode's
+        (Scheduler.repeat_decodes; `advance_decodes` reads the time and indexes the pages)."""
+        seq.num_computed += num_tokens
+        self.live_tokens += num_tokens
+
     def on_computed(
         self, seq: Sequence, num_tokens: int, now: float, indexable_tokens: int | None = None
     ) -> None:
@@ -381,17 +415,21 @@ class PagedKV:
         pool = self.cache.pool
         return self._usage(pool.num_used, self.slot_tokens, self.held_tokens, pool.num_retired)
 
-    def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage | None:
+    def usage_ahead(
+        self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None
+    ) -> KVUsage | None:
         """`usage()` once the next `pairs` (apply, plan again) pairs of a run `decode_span`
         allowed are applied (`advance_decodes`), without applying them: their new pages and
         held tokens only. None when applying them may do more that a reader sees (index pages;
-        count a use-after-free, which a race window allows): then apply them."""
+        count a use-after-free, which a race window allows): then apply them. `ahead`: as
+        `decode_span`'s, for the first pair (not applied yet)."""
         if self.cache.prefix_cache or self.cache.pool.race_window_s:
             return None
         size = self.page_size
         pages = held = 0
-        for seq in seqs:  # as advance_decodes grows each request
-            want = seq.num_computed + pairs + 1
+        # as advance_decodes grows each one (zeros after them: no step 1 prompts)
+        for seq, extra in zip(seqs, ahead or repeat(0), strict=False):
+            want = seq.num_computed + extra + pairs + 1
             new = -(-want // size) - len(seq.pages)
             if new > 0:
                 pages += new
@@ -494,7 +532,7 @@ class ContiguousKV:
         both fit in every reservation?"""
         return all(seq.num_computed + 2 <= self.reservation_tokens(seq) for seq in seqs)
 
-    def span_tokens(self, seqs: list[Sequence], pairs: int) -> int:
+    def span_tokens(self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None) -> int:
         """Reservations hold a span's tokens already: free and used tokens do not move."""
         return 0
 
@@ -502,16 +540,30 @@ class ContiguousKV:
         """Nothing is retired: a freed reservation is a hole at once."""
         return 0
 
-    def span_store_keys(self, seqs: list[Sequence], pairs: int) -> set[int]:
+    def span_store_keys(
+        self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None
+    ) -> set[int]:
         """No prefix index: a span indexes nothing."""
         return set()
 
-    def decode_span(self, seqs: list[Sequence], limit: int, first_end_s: float) -> int:
+    def decode_span(
+        self,
+        seqs: list[Sequence],
+        limit: int,
+        first_end_s: float,
+        ahead: list[int] | None = None,
+    ) -> int:
         """How many of the next `limit` (apply, plan again) pairs of this decode batch fit in
         every reservation (see PagedKV.decode_span)."""
-        for seq in seqs:
-            limit = min(limit, self.reservation_tokens(seq) - seq.num_computed - 1)
+        for b, seq in enumerate(seqs):
+            computed = seq.num_computed + (ahead[b] if ahead is not None else 0)
+            limit = min(limit, self.reservation_tokens(seq) - computed - 1)
         return max(0, limit)
+
+    def add_computed(self, seq: Sequence, num_tokens: int) -> None:
+        """Count `num_tokens` more computed tokens of `seq` (see PagedKV.add_computed)."""
+        seq.num_computed += num_tokens
+        self.live_tokens += num_tokens
 
     def advance_decodes(self, seqs: list[Sequence], ends: list[float]) -> None:
         """`end_step`, `on_computed(1)` and `grow(1)` for each of these times, each request's
@@ -562,10 +614,13 @@ class ContiguousKV:
     def usage(self) -> KVUsage:
         return self._usage(self.live_tokens)
 
-    def usage_ahead(self, seqs: list[Sequence], pairs: int) -> KVUsage:
+    def usage_ahead(
+        self, seqs: list[Sequence], pairs: int, ahead: list[int] | None = None
+    ) -> KVUsage:
         """`usage()` once the next `pairs` pairs of a span are applied (`advance_decodes`):
-        reservations hold their tokens already, only the live tokens grow."""
-        return self._usage(self.live_tokens + pairs * len(seqs))
+        reservations hold their tokens already, only the live tokens grow (`ahead`: by more,
+        see PagedKV.decode_span)."""
+        return self._usage(self.live_tokens + pairs * len(seqs) + sum(ahead or ()))
 
     def _usage(self, live_tokens: int) -> KVUsage:
         a = self.alloc

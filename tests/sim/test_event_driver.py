@@ -256,18 +256,20 @@ def test_kv_usage_mid_span_is_the_synced_one(arm, race_window_s):
     cluster = Cluster(cfg, workload, np.random.default_rng(1), make_policy)
     checks: list[tuple[bool, bool, bool]] = []
     returning = 0  # reads mid-span while pages retired before it are still to return
+    prompts = 0  # ... while step 1's completed prompts are still to apply (Node._span_ahead)
 
     def counted(counters) -> tuple:
         depth = counters.evicted_by_depth
         return (*astuple_without_depth(counters), None if depth is None else depth.tolist())
 
     def probe(env):
-        nonlocal returning
+        nonlocal returning, prompts
         while True:
             yield env.timeout(0.0173)
             for node in cluster.nodes:
                 behind = node._span_applied <= node._span_index
                 returning += behind and retired_pages(node) > 0
+                prompts += behind and node._span_ahead is not None
                 usage, counters = node.kv_usage()
                 left_behind = node._span_applied <= node._span_index
                 kv = node.kv  # brings the span up to date
@@ -279,6 +281,7 @@ def test_kv_usage_mid_span_is_the_synced_one(arm, race_window_s):
     assert all(same for _, _, same in checks)
     assert sum(behind for behind, _, _ in checks) > 50  # mid-span reads did happen
     assert arm == "openclaw" or returning > 5  # (openclaw: contiguous, nothing retired)
+    assert prompts > 5
     if race_window_s:
         assert not any(left for _, left, _ in checks)
     else:
@@ -311,14 +314,16 @@ def test_free_and_used_tokens_mid_span_are_the_synced_ones():
     cluster = Cluster(cfg, workload, np.random.default_rng(1), make_policy)
     checks: list[tuple[bool, bool]] = []
     returning = 0  # reads mid-span while pages retired before it are still to return
+    prompts = 0  # ... while step 1's completed prompts are still to apply (Node._span_ahead)
 
     def probe(env):
-        nonlocal returning
+        nonlocal returning, prompts
         while True:
             yield env.timeout(0.0173)
             for node in cluster.nodes:
                 behind = node._span_applied <= node._span_index
                 returning += behind and retired_pages(node) > 0
+                prompts += behind and node._span_ahead is not None
                 lazy = (node.free_tokens(), node.used_tokens())
                 assert node.free_and_used_tokens() == lazy
                 kv = node.kv  # brings the span up to date
@@ -329,3 +334,4 @@ def test_free_and_used_tokens_mid_span_are_the_synced_ones():
     assert all(same for _, same in checks)
     assert sum(behind for behind, _ in checks) > 50  # mid-span reads did happen
     assert returning > 5  # ... some before the span's first end was applied (pages to return)
+    assert prompts > 5  # ... some before the prompts a span's first step completed were
