@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,9 +24,24 @@ class Request:
     # int32 [output_tokens]: the ids the model generates, when the workload knows them (multi_turn:
     # the answer its next round's prompt quotes). None: ids unique to this request (generated_ids).
     output: np.ndarray | None = None
+    # A prompt drawn when first read (`prompt` left unset: `__getattr__`), as a trace's random
+    # ids are (a run that never reads them never draws them): what draws it, and its length.
+    draw_prompt: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    undrawn_tokens: int = 0
+
+    def __getattr__(self, name: str):
+        """Called only for an attribute not set: a `prompt` left to `draw_prompt`."""
+        draw = self.draw_prompt
+        if name != "prompt" or draw is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        prompt = self.prompt = draw()
+        self.draw_prompt = None
+        return prompt
 
     @property
     def prompt_tokens(self) -> int:
+        if self.draw_prompt is not None:  # not drawn yet
+            return self.undrawn_tokens
         return int(self.prompt.shape[0])
 
     def generated_ids(self) -> np.ndarray:

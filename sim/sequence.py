@@ -80,6 +80,7 @@ class Sequence:
     def drop_tokens(self) -> None:
         """The request is over: free its prompt and keys (memory stays proportional to in-flight work)."""
         self.req.prompt = _NO_TOKENS
+        self.req.draw_prompt = None  # (never drawn: never will be)
         self.req.output = None
         self.keys = _NO_KEYS
         self.context = self.context_keys = None

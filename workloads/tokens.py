@@ -8,6 +8,8 @@ on the block's length (a partial last block is a prefix of the full one).
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 from sim.kv.hashing import mix64  # splitmix64: one definition for keys and tokens
@@ -27,23 +29,56 @@ class TokenStream:
     (numpy draws bounded int32s one after another from the bit generator, whose spare half word
     carries over between calls, so one call of n1 + n2 equals a call of n1 then one of n2) as
     long as nothing else draws from `rng` meanwhile. A call per request cost ~25 us in numpy's
-    argument handling alone."""
+    argument handling alone.
+
+    `reserve(n)` hands out the next n ids without drawing them, `ids` draws them when read
+    (`take` is both): a trace's prompts are drawn only if something reads them, and the ids of
+    a stretch read later are the ones read at once, drawn in the stream's order (nothing else
+    draws from a workload's own rng). A chunk is kept until every id reserved in it was read."""
 
     def __init__(self, rng: np.random.Generator, chunk: int = 1 << 16):
         self.rng = rng
         self.chunk = chunk
-        self._buffer = np.zeros(0, dtype=np.int32)
-        self._next = 0  # the first unused id in _buffer
+        self._reserved = 0  # ids handed out (reserve)
+        self._drawn = 0  # ids drawn
+        self._chunks: dict[int, np.ndarray] = {}  # chunks drawn and still read, by first id
+        self._unread: dict[int, int] = {}  # ... their ids reserved and not read yet
+        self._starts: list[int] = []  # first id of each chunk drawn, in order
 
     def take(self, n: int) -> np.ndarray:
         """int32 [n], its own copy."""
-        buffer, start = self._buffer, self._next
-        if start + n > buffer.shape[0]:
-            fresh = random_tokens(self.rng, max(self.chunk, n))
-            buffer = self._buffer = np.concatenate([buffer[start:], fresh])
-            start = 0
-        self._next = start + n
-        return buffer[start : start + n].copy()
+        return self.ids(self.reserve(n), n)
+
+    def reserve(self, n: int) -> int:
+        """The next n ids, not drawn yet: their first id (read them with `ids`)."""
+        start = self._reserved
+        self._reserved = start + n
+        return start
+
+    def ids(self, start: int, n: int) -> np.ndarray:
+        """int32 [n]: the reserved ids start .. start + n - 1 (each stretch read once), a copy."""
+        while self._drawn < start + n:  # draw on, in order
+            size = max(self.chunk, start + n - self._drawn)
+            first = self._drawn
+            self._chunks[first] = random_tokens(self.rng, size)
+            self._unread[first] = size
+            self._starts.append(first)
+            self._drawn = first + size
+        out = np.empty(n, dtype=np.int32)
+        at = bisect_right(self._starts, start) - 1
+        done = 0
+        while done < n:
+            first = self._starts[at]
+            chunk = self._chunks[first]
+            lo = start + done - first
+            take = min(n - done, chunk.shape[0] - lo)
+            out[done : done + take] = chunk[lo : lo + take]
+            done += take
+            self._unread[first] -= take
+            if not self._unread[first]:  # every id in it was read: drop it
+                del self._chunks[first], self._unread[first]
+            at += 1
+        return out
 
 
 def block_tokens(keys: np.ndarray, n: int, salt: int = 0) -> np.ndarray:

@@ -13,9 +13,9 @@ shared prefix (rule in `AzurePrefix`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Literal
 
@@ -28,6 +28,8 @@ from sim.strict_input import MAX_CLIENTS
 from workloads.tokens import TokenStream, keyed_tokens
 from workloads.trace_data import Trace
 from workloads.trace_loaders import load_trace
+
+_UNDRAWN = np.zeros(0, dtype=np.int32)  # a prompt's place until it is drawn (then unset)
 
 PREFIX_SALT = 0x5EED  # keeps synthetic Azure prefixes apart from trace block ids
 
@@ -125,29 +127,41 @@ class AzurePrefix:
             keyed_tokens(k, self.tokens, PREFIX_SALT) for k in range(p.num_shared_prefixes)
         ]
 
-    def prompt(self, i: int, length: int, tokens: TokenStream) -> tuple[np.ndarray, bool]:
+    def prompt(
+        self, i: int, length: int, tokens: TokenStream
+    ) -> tuple[Callable[[], np.ndarray], bool]:
+        """Row i's prompt as what draws it when read (its random ids reserved now), and
+        whether it starts with a shared prefix."""
         k = int(self.prefix_of_row[i])
         if k < 0:
-            return tokens.take(length), False
+            return partial(tokens.ids, tokens.reserve(length), length), False
         head = self.prefixes[k][: min(self.tokens, length - 1)]
-        return np.concatenate([head, tokens.take(length - head.shape[0])]), True
+        own = length - head.shape[0]
+        return partial(_joined, head, tokens, tokens.reserve(own), own), True
+
+
+def _joined(head: np.ndarray, tokens: TokenStream, start: int, n: int) -> np.ndarray:
+    return np.concatenate([head, tokens.ids(start, n)])
 
 
 def trace_requests(
     trace: Trace, arrivals: np.ndarray | None, rng: np.random.Generator, prefix: AzurePrefix | None
 ) -> Iterator[Request]:
-    """Requests in trace order; each prompt is built only when the request is pulled (random
-    ids drawn ahead in chunks: the same ids, nothing else draws from `rng` meanwhile)."""
+    """Requests in trace order; each prompt is built only when the request is pulled, and
+    random ids (rows that carry lengths only) only when it is read (`Request.draw_prompt`:
+    drawn in chunks in the stream's order, the same ids, as nothing else draws from `rng`)."""
     tokens = TokenStream(rng)
     for i in range(len(trace)):
         length = int(trace.input_length[i])
         prompt, tag = trace.prompt(i), trace.format
+        draw = None
         if prompt is None:
-            prompt, shared = (
-                prefix.prompt(i, length, tokens) if prefix else (tokens.take(length), False)
-            )
-            tag = "azure-shared" if shared else "azure"
-        yield Request(
+            if prefix:
+                draw, shared = prefix.prompt(i, length, tokens)
+            else:
+                draw, shared = partial(tokens.ids, tokens.reserve(length), length), False
+            prompt, tag = _UNDRAWN, "azure-shared" if shared else "azure"
+        req = Request(
             request_id=int(trace.request_id[i]),
             prompt=prompt,
             output_tokens=int(trace.output_length[i]),
@@ -155,7 +169,12 @@ def trace_requests(
             session_id=int(trace.session_id[i]),
             priority=int(trace.priority[i]),
             tag=tag,
+            draw_prompt=draw,
+            undrawn_tokens=length,
         )
+        if draw is not None:
+            del req.prompt  # drawn when first read (Request.__getattr__)
+        yield req
 
 
 def make_trace(p: TraceParams, rng: np.random.Generator) -> Workload:
