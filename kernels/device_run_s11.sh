@@ -24,8 +24,23 @@
 #         them (prepared once per step, launched per layer) and decode_attn's batch grid with
 #         12 / 24 / 40 / 48 / 96, --fidelity 30 --fidelity-extra 12; then the decode targets vs
 #         SDPA and the small-chunk targets with the defaults
+# gemm (call 3, the lead's 170 s): call 2's tables priced one held-out 70B TP-2 step (555 GEMM
+#         tokens) 17% low: the GEMM grid skipped cuBLAS's steps between 512 and 640 tokens.
+#         kernels.calibrate --parts gemm,lm_head on the denser GEMM_TOKENS, with the held-out
+#         compositions re-measured on the same machine (--fidelity 30 --fidelity-extra 12); the
+#         attention tables are call 2's (the snapshot carries call 2's h200.json)
 mode=${1:-sweep}
 . "$(dirname "$0")/device_budget.sh"
+if [ "$mode" = gemm ]; then
+  device_start 130
+  step "calibrate gemm,lm_head (denser token grid) + fidelity 30 + 12; attention tables kept (call 2)"
+  cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
+  timeout "$(left 125 0)" python3 -m kernels.calibrate --parts gemm,lm_head \
+    --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" \
+    2>&1 | tee -a "$log"
+  step "done"
+  exit 0
+fi
 PDL='{"pdl_combine": true}'
 if [ "$mode" = calib ]; then
   device_start 400
