@@ -7,7 +7,8 @@ when a node's share passes a size cap (SGLang's approximate radix tree, at page 
 chained page key names a whole prefix, so a set of keys per node is a radix tree of pages).
 
 The holders of a key are a bitmask (bit i = node i): one int per key keeps updates and prefix
-walks cheap. Both answer `matched_pages(keys)`: per node, the length of the longest prefix of the
+walks cheap. `RoutingTable` keeps its entries in numpy arrays (`sim/holder_table.py`: the same
+mapping; at 256 nodes a dict of its ~9M keys took ~670 MB, the arrays ~170 MB). Both answer `matched_pages(keys)`: per node, the length of the longest prefix of the
 prompt it holds, walking from the first page as a cache lookup does.
 
 Up to DIRECT_MAX_NODES nodes, `RoutingTable` keeps no entries for a node whose index it may read
@@ -23,10 +24,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from itertools import compress, repeat
 
 import numpy as np
 
+from sim.holder_table import HolderTable
 from sim.kv.prefix_index import TwoLevelIndex
 
 # Reading the slots costs a dict probe per node per key the bisection probes (~10-50 keys a
@@ -35,7 +36,7 @@ from sim.kv.prefix_index import TwoLevelIndex
 DIRECT_MAX_NODES = 16
 
 
-def longest_prefix(key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: int) -> np.ndarray:
+def longest_prefix(key_to_nodes: Mapping[int, int], keys: np.ndarray, num_nodes: int) -> np.ndarray:
     """int64 [num_nodes]: pages of `keys`, from the first, that each node holds without a gap.
 
     Both tables are prefix-closed per node (a cache indexes a page only below its indexed parent
@@ -69,7 +70,7 @@ def bisect_holders(get: Callable[[int, int], int], keys: np.ndarray, num_nodes: 
 
 
 def longest_prefix_linear(
-    key_to_nodes: dict[int, int], keys: np.ndarray, num_nodes: int
+    key_to_nodes: Mapping[int, int], keys: np.ndarray, num_nodes: int
 ) -> np.ndarray:
     """The same answer by walking every page (no prefix-closure assumption): the reference."""
     matched = np.zeros(num_nodes, dtype=np.int64)
@@ -101,7 +102,7 @@ class RoutingTable:
 
     def __init__(self, num_nodes: int):
         self.num_nodes = num_nodes
-        self.entries: dict[int, int] = {}  # page key -> bitmask of the (kept) nodes caching it
+        self.entries = HolderTable(num_nodes)  # page key -> bitmask of the (kept) nodes caching it
         # One int object per node's bit: a key only one node holds shares it (at hundreds of
         # nodes a bitmask is a ~60-byte int; millions of keys would each hold a copy).
         self._bits = [1 << node for node in range(num_nodes)]
@@ -121,9 +122,7 @@ class RoutingTable:
     def _keep(self, node: int) -> None:
         """Keep `node`'s entries from now on: its level 1 is what its events had left."""
         index = self._direct.pop(node)
-        table, bit = self.entries, self._bits[node]
-        for key in index.key_to_page:
-            table[key] = table.get(key, 0) | bit
+        self.entries.add(list(index.key_to_page), node)
 
     @property
     def key_to_nodes(self) -> Mapping[int, int]:
@@ -141,21 +140,10 @@ class RoutingTable:
             if not direct.overflow_used:
                 return  # its index answers for it
             self._keep(node)  # (this event's pages are in its level 1 already)
-        table, bit = self.entries, self._bits[node]
         if event == "stored":
-            if len(keys) > 1 and table.keys().isdisjoint(keys):  # all new: C-level passes
-                table.update(dict.fromkeys(keys, bit))
-                return
-            put = table.setdefault
-            for key in keys:
-                holders = put(key, bit)
-                if not holders & bit:
-                    table[key] = holders | bit
-            return
-        # Removed: every key popped, those other nodes still hold put back (C-level passes;
-        # the same entries as popping and putting back key by key).
-        rest = list(map((~bit).__and__, map(table.pop, keys, repeat(0))))
-        table.update(zip(compress(keys, rest), filter(None, rest), strict=True))
+            self.entries.add(keys, node)
+        else:
+            self.entries.remove(keys, node)
 
     def nodes_holding(self, key: int) -> list[int]:
         holders = self.key_to_nodes.get(key, 0)
@@ -183,7 +171,7 @@ class RoutingTable:
 class _Holders(Mapping[int, int]):
     """Kept entries and directly read indexes as one key -> bitmask mapping (tests, reports)."""
 
-    def __init__(self, entries: dict[int, int], direct: dict[int, dict[int, int]]):
+    def __init__(self, entries: Mapping[int, int], direct: dict[int, dict[int, int]]):
         self._entries, self._direct = entries, direct  # direct: node bit -> its level 1
 
     def __getitem__(self, key: int) -> int:

@@ -1,0 +1,71 @@
+"""The routing table's numpy entries (`sim/holder_table.py`) keep the mapping a dict of key ->
+bitmask keeps, through growth, tombstones and their purges, shared keys and keys whose low bits
+collide (long probe paths), in batches probed key by key and vectorised (issue 18)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.holder_table import HolderTable
+
+# few distinct low bits, high bits apart: keys share home slots; the top key needs 64 bits
+_keys = st.builds(
+    lambda low, high: low + (high << 40), st.integers(0, 40), st.integers(0, 2**24 - 1)
+)
+_events = st.lists(
+    st.tuples(
+        st.booleans(),  # stored (True) or removed
+        st.lists(st.one_of(_keys, st.sampled_from([0, 1, 2**64 - 1])), max_size=30),
+        st.integers(0, 69),  # nodes past 63: bitmasks wider than a machine word
+    ),
+    max_size=60,
+)
+
+
+def _reference(table: dict[int, int], stored: bool, keys: list[int], node: int) -> None:
+    bit = 1 << node
+    for key in keys:
+        holders = table.pop(key, 0)
+        holders = holders | bit if stored else holders & ~bit
+        if holders:
+            table[key] = holders
+
+
+@settings(max_examples=400, deadline=None)
+@given(_events)
+def test_holder_table_keeps_what_a_dict_keeps(events):
+    table, reference = HolderTable(70), {}
+    for stored, keys, node in events:
+        (table.add if stored else table.remove)(keys, node)
+        _reference(reference, stored, keys, node)
+        assert len(table) == len(reference)
+        assert table == reference
+        for key in keys:
+            assert table.get(key, 0) == reference.get(key, 0)
+            assert (key in table) == (key in reference)
+    assert sorted(table) == sorted(reference)
+
+
+def test_a_full_turnover_purges_the_tombstones_in_place():
+    """Storing and removing a node's keys over and over keeps the table at its size."""
+    table = HolderTable(2)
+    table.add(list(range(1, 40)), 0)
+    size = table._keys.size
+    for round_ in range(50):
+        keys = list(range(1000 * round_ + 100, 1000 * round_ + 130))
+        table.add(keys, 1)
+        table.remove(keys, 1)
+    assert table._keys.size == size and len(table) == 39
+    assert dict(table.items()) == dict.fromkeys(range(1, 40), 1)
+
+
+def test_a_key_two_nodes_hold_keeps_both_bits_until_one_is_left():
+    table = HolderTable(3)
+    table.add([5], 0)
+    table.add([5, 6], 2)
+    assert table[5] == 0b101 and table[6] == 0b100
+    table.remove([5], 0)
+    assert table[5] == 0b100 and not table._shared
+    table.remove([5, 6, 7], 2)
+    assert len(table) == 0 and 5 not in table
