@@ -223,7 +223,7 @@ def prefill_row(ctx, new, cfg, copy_tbps, mm_tflops, sdpa=True, flex=False) -> d
     return row
 
 
-def small_chunk_rows(cases: list, variants: list[dict], log) -> list[dict]:
+def small_chunk_rows(cases: list, variants: list[dict], log, shape=ARTICLE_SHAPE) -> list[dict]:
     """Few new tokens over a long context (the prefix-hit target), one prepared launch per
     variant of `prepare_prefill`'s knobs (combine_rows / combine_splits / pdl_combine), timed as
     each layer of the engine's step issues it; two passes, the second in reverse order."""
@@ -232,10 +232,10 @@ def small_chunk_rows(cases: list, variants: list[dict], log) -> list[dict]:
     from kernels.paged_prefill import plan_prefill, prepare_prefill
     from kernels.reference import prefill_flops
 
-    hq, hkv, d = (ARTICLE_SHAPE[k] for k in ("num_q_heads", "num_kv_heads", "head_dim"))
+    hq, hkv, d = (shape[k] for k in ("num_q_heads", "num_kv_heads", "head_dim"))
     rows = []
     for ctx, new in cases:
-        q, kv, cu = prefill_inputs(ctx, new)
+        q, kv, cu = prefill_inputs(ctx, new, shape=shape)
         plan = plan_prefill([new], [ctx + new], hkv, hq // hkv, device=q.device)
         kv_bytes = (ctx + new) * 2 * hkv * d * 2
         flops = prefill_flops([ctx], [new], hq, d)

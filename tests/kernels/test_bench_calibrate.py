@@ -225,3 +225,17 @@ def test_attention_parts_are_prepared_once_and_launched_per_layer(monkeypatch):
             run()
             assert bool(torch.isfinite(launch.out).all())
         assert not prepared
+
+
+def test_small_chunk_suite_times_each_prepared_variant():
+    # CPU smoke run of `kernels.bench_prefill --suite small` (wall time there): 3 new tokens over
+    # 600 cached ones split into 3 key splits; each variant of the split combine is checked
+    # against the reference before it is timed, in two passes.
+    from kernels.bench_prefill import small_chunk_rows
+
+    shape = dict(num_q_heads=8, num_kv_heads=2, head_dim=32)
+    variants = [{}, {"combine_rows": 2, "combine_splits": 16, "pdl_combine": True}]
+    rows = small_chunk_rows([(600, 3)], variants, lambda msg: None, shape=shape)
+    assert [r["knobs"] for r in rows] == variants
+    assert all(r["launches"] == 2 and r["max_splits"] == 3 for r in rows)
+    assert all(r["ms"] > 0 and len(r["ms_passes"]) == 2 and r["x_roofline"] > 0 for r in rows)
