@@ -5,8 +5,8 @@
 One row per engine run: validation.json (kernels only: the step price as calibrated) and
 validation_heldout.json (plus the overhead terms measured on the probe run of the same model
 and TP), validation_heldout_<term>.json (the same with one measured term on: gpu.shared_page_reads:
-l2, gpu.ragged_decode: measured, gpu.prefill_batch: measured; `all`: the three); then the steps'
-host time, measured and as priced by the held-out terms. Numbers are the files' own; nothing is
+l2, gpu.ragged_decode: measured, gpu.prefill_batch: measured; `all`: the three;
+`all_host`: the three with the host's measured speed replayed); then the steps' host time, measured and as priced by the held-out terms. Numbers are the files' own; nothing is
 recomputed here.
 """
 
@@ -77,6 +77,10 @@ def main() -> None:
         ("validation_heldout_ragged.json", "held out, ragged decode batches priced as measured"),
         ("validation_heldout_prefill.json", "held out, a step's prefill chunks as one launch"),
         ("validation_heldout_all.json", "held out, all three measured terms"),
+        (
+            "validation_heldout_all_host.json",
+            "held out, all three, the host's measured speed replayed (runs since session 11)",
+        ),
     ):
         print(f"\n{label} ({kind}):\n{HEADER}")
         for path in sorted(RUNS.glob(f"*/{kind}")):
