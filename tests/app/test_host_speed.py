@@ -49,7 +49,9 @@ def runs(tmp_path):
 def test_smoothing_and_lookup():
     t = np.arange(0.0, 2.0, 0.02)
     speed = HostSpeed.smoothed(t[::-1], np.where(t >= 1.0, SLOW_S, FAST_S)[::-1])
-    assert speed.at(np.array([0.1, 0.5, 1.5, 1.99, 5.0])).tolist() == [FAST_S, FAST_S] + [SLOW_S] * 3
+    assert (
+        speed.at(np.array([0.1, 0.5, 1.5, 1.99, 5.0])).tolist() == [FAST_S, FAST_S] + [SLOW_S] * 3
+    )
     assert speed.at(0.999)[0] == SLOW_S  # nearest sample (1.0): its window's median
     assert speed.at(0.85)[0] == FAST_S  # 7 of 13 samples within +-0.125 s are fast
 
