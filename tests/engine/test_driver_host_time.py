@@ -51,14 +51,18 @@ def slow_sequence(req, arrival_s: float):
     return SimpleNamespace(num_computed=8, preemptions=0, status=SimpleNamespace(value="running"))
 
 
-def test_each_host_part_lands_in_its_own_column():
-    driver = WallClockDriver(
+def timed_driver() -> WallClockDriver:
+    return WallClockDriver(
         TimedScheduler(),  # type: ignore[arg-type]
         InstantExecutor(),  # type: ignore[arg-type]
         slow_sequence,
         duration_s=10.0,
         idle_reclaim=lambda now: None,
     )
+
+
+def test_each_host_part_lands_in_its_own_column():
+    driver = timed_driver()
     requests = [SimpleNamespace(arrival_s=0.0) for _ in range(REQUESTS)]
     result = driver.run_open_loop(iter(requests))
     assert len(result.steps) == 1
@@ -79,13 +83,7 @@ def test_host_probe_samples_at_most_once_an_interval():
 
 
 def test_the_loop_records_the_host_probe_and_times_it_in_loop_s():
-    driver = WallClockDriver(
-        TimedScheduler(),  # type: ignore[arg-type]
-        InstantExecutor(),  # type: ignore[arg-type]
-        slow_sequence,
-        duration_s=10.0,
-        idle_reclaim=lambda now: None,
-    )
+    driver = timed_driver()
     seen: list[float] = []
     driver.host_probe.maybe = seen.append  # type: ignore[method-assign]
     requests = [SimpleNamespace(arrival_s=0.0)]
