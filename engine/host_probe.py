@@ -3,11 +3,11 @@
 The serving machine's CPU does not run at one speed: on the H200 VM of session 11 (2026-12-01)
 a fixed pure-Python workload took 1.5-2x as long for seconds at a time, unpinned or pinned
 (engine/runs/logs/2026-12-01_host_speed/), and every step's host part (planning, applying,
-preparing inputs, eager launches) with it. The simulator prices host work at one speed, so a
-validation must know what speed each step ran at: the serving loop times `probe_work` every
-`INTERVAL_S` on its own thread and writes the samples to host_speed.csv (`kvsched validate`
-reads them). One probe costs ~20 us (0.1% of the loop at the default interval), inside
-`loop_s`.
+preparing inputs) with it. The simulator prices host work at one speed, so a validation must
+know what speed each step ran at: the serving loop times `probe_work` every `INTERVAL_S`, inline
+(the speed that matters is the loop's own thread's), and writes the samples to host_speed.csv
+(`kvsched validate --host-speed` reads them). One probe costs 25-35 us on the H200 host (~0.15%
+of the loop at the default interval), inside `loop_s`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ PROBE_COLUMNS = ["t_s", "probe_s"]
 
 def probe_work() -> int:
     """A fixed piece of interpreter work like the scheduler's: dict and list traffic, integer
-    arithmetic, attribute-free calls (~20 us on the H200 VM's host at full speed)."""
+    arithmetic, attribute-free calls (25-35 us on the H200 VM's host, 2026-12-01)."""
     table: dict[int, int] = {}
     total = 0
     for i in range(200):

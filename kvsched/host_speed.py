@@ -74,9 +74,10 @@ def host_price_s(
     gpu: GpuConfig, num_decode: int, chunks: int, context: int, tokens: int, device_extra_s: float
 ) -> float:
     """The host part of a step's price: the host terms (`OverheadTerms.host_s`) less the
-    device fit's fixed extra."""
+    device fit's fixed extra (at most what `gpu.prefill_step_overhead_s` holds: the fit clips
+    that term at 0)."""
     host = overhead_terms(gpu).host_s(num_decode, chunks, context, tokens)
-    return host - (device_extra_s if tokens else 0.0)
+    return host - (min(device_extra_s, gpu.prefill_step_overhead_s) if tokens else 0.0)
 
 
 def shape_host_price_s(gpu: GpuConfig, shape: StepShape, device_extra_s: float) -> float:

@@ -66,8 +66,9 @@ def mode_of_steps(run_dir: Path) -> np.ndarray:
 
 def engine_pairs() -> list[tuple[Path, Path]]:
     mt = [SESSION11 / f"{p}_multi_turn{r}" for p in ("unpinned", "pinned") for r in ("", "_repeat")]
-    return [(mt[0], mt[1]), (mt[2], mt[3]), (mt[0], mt[2]), (RUNS / "multi_turn", mt[0])] + [
-        (RUNS / "multi_turn", mt[k]) for k in (1, 2, 3)
+    round9 = RUNS / "round9" / "multi_turn"  # served at 02:23 UTC, the same code
+    return [(mt[0], mt[1]), (mt[2], mt[3]), (mt[0], mt[2]), (round9, mt[0])] + [
+        (round9, mt[k]) for k in (1, 2, 3)
     ]
 
 
