@@ -29,6 +29,7 @@ from kvsched.host_speed import (
     HostPricing,
     HostSpeed,
     HostSpeedExecutor,
+    host_exponent,
     host_price_s,
     reference_s,
 )
@@ -905,7 +906,6 @@ def validate(
     counts, replayed = replay(run, requests)
     speeds = _host_speeds(run_dir, overhead_from) if host_speed else None
     own = overhead_samples(run, replayed, speeds[0] if speeds else None)
-    measured = measured_overheads([own])
     host = None
     if overhead_from:
         source = f"measured on {' + '.join(p.name for p in overhead_from)} (kvsched validate)"
@@ -914,9 +914,14 @@ def validate(
         for path, probe in zip(overhead_from, probes, strict=True):
             _check_same_engine(path, probe, run)
         samples = probe_samples(probes, speeds[1:] if speeds else None)
+        if speeds:  # host time follows the probe's time to the probes' measured power
+            exponent = _probes_host_exponent(samples)
+            for sample in [*samples, own]:
+                sample["speed"] = sample["speed"] ** exponent
         run = with_overheads(run, measured_overheads(samples), source)
         if speeds:
-            host = HostPricing(*speeds[0], chunk_device_terms(samples)[1])
+            host = HostPricing(*speeds[0], chunk_device_terms(samples)[1], exponent)
+    measured = measured_overheads([own])
     latency = make_latency_model(run.cfg.model, run.cfg.gpu, run.cfg.node.tp)
     steps = step_errors(run, latency, replayed, host)
     step_err = _abs_rel(steps.predicted_s.to_numpy(), steps.measured_s.to_numpy())
@@ -976,11 +981,21 @@ def _read_host_speed(run_dir: Path) -> HostSpeed:
     return HostSpeed.smoothed(frame.t_s.to_numpy(), frame.probe_s.to_numpy())
 
 
+def _probes_host_exponent(samples: list[dict[str, np.ndarray]]) -> float:
+    """`host_exponent` on the probes' decode-only steps with a GPU clock, pooled."""
+    pooled = _pooled(samples)
+    decode = ~pooled["prefill"] & (pooled["gpu_s"] > 0)
+    return host_exponent(
+        pooled["speed"][decode], pooled["off_device"][decode], pooled["num_decode"][decode]
+    )
+
+
 def _host_speed_fields(host: HostPricing | None) -> dict:
     if host is None:
         return {}
     factors = host.factors(host.speed.t_s)
     return {
+        "host_speed_exponent": host.exponent,
         "host_speed_reference_s": host.reference,
         "host_speed_factor_p10": float(np.percentile(factors, 10)),
         "host_speed_factor_median": float(np.median(factors)),

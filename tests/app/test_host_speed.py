@@ -12,7 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvsched.host_speed import HostPricing, HostSpeed, HostSpeedExecutor, host_price_s
+from kvsched.host_speed import (
+    HostPricing,
+    HostSpeed,
+    HostSpeedExecutor,
+    host_exponent,
+    host_price_s,
+)
 from kvsched.validate import (
     HOST_FEATURES,
     load_engine_run,
@@ -92,6 +98,7 @@ def test_probe_host_time_at_its_speed_fits_the_terms_it_came_from(runs):
     write_speed(run)
     result, tables = validate(run, [probe], host_speed=True)
     assert result["host_speed_reference_s"] == FAST_S  # the probe's median speed
+    assert result["host_speed_exponent"] == pytest.approx(1.0, abs=1e-9)  # made proportional
     # the least-absolute-error solver lands within a nanosecond (a table change moved it 0.4 ns)
     assert result["step_overhead_s"] == pytest.approx(2e-4, abs=1e-9)
     assert result["decode_overhead_s"] == pytest.approx(5e-6, abs=1e-10)
@@ -101,7 +108,7 @@ def test_probe_host_time_at_its_speed_fits_the_terms_it_came_from(runs):
     write_speed(probe, slow_from=12.0, slow_to=31.0)
     slow, slow_tables = validate(run, [probe], host_speed=True)
     assert slow["host_speed_reference_s"] == SLOW_S
-    assert slow["host_speed_factor_median"] == 0.5
+    assert slow["host_speed_factor_median"] == pytest.approx(0.5, rel=1e-12)
     assert slow["step_overhead_s"] == pytest.approx(4e-4, abs=2e-9)
     assert slow["decode_overhead_s"] == pytest.approx(1e-5, abs=2e-10)
     np.testing.assert_allclose(
@@ -250,3 +257,16 @@ def test_a_run_wholly_at_half_speed_simulates_as_doubled_host_terms(runs):
     for column in ("first_token_s", "finish_s", "scheduled_s"):
         np.testing.assert_allclose(replayed[column], expected[column], rtol=1e-9, atol=1e-9)
     assert (replayed.cached_tokens.to_numpy() == expected.cached_tokens.to_numpy()).all()
+
+
+def test_the_exponent_is_how_host_time_follows_the_probe():
+    """Host time made to grow as the probe's time to the power 0.6, per decode count, with GC
+    pauses: the exponent comes back; a speed that never moves says 1."""
+    rng = np.random.default_rng(7)
+    n = 4000
+    decodes = rng.integers(1, 64, n).astype(float)
+    speed = np.exp(rng.uniform(0.0, np.log(2.0), n))
+    host = (2e-4 + 5e-6 * decodes) * speed**0.6
+    host[rng.random(n) < 0.03] += 0.01  # pauses
+    assert host_exponent(speed, host, decodes) == pytest.approx(0.6, abs=1e-9)
+    assert host_exponent(np.ones(n), host, decodes) == 1.0
