@@ -19,7 +19,7 @@ import numpy as np
 
 from sim.config import GpuConfig
 from sim.executor import StepExecutor
-from sim.latency.base import StepShape
+from sim.latency.base import OverheadTerms
 from sim.latency.factory import overhead_terms
 from sim.scheduler import Step
 
@@ -75,8 +75,8 @@ def host_exponent(speed: np.ndarray, host_s: np.ndarray, num_decode: np.ndarray)
     """How host time follows the probe: the slope of log(host time) on log(speed) within each
     decode count (decode-only steps: one kind of host work), least squares, refitted once
     without the steps far off it (GC pauses, steps at a speed switch); 1 where the speed never
-    moved. Round 10's decode-only steps: 0.56-0.78 per run
-    (not all host time is the CPU's: syncs, driver calls)."""
+    moved. Round 10's probes pooled: 0.93; single runs 0.57-1.09 (not all host time is the
+    CPU's: syncs, driver calls)."""
     keep = (host_s > 0) & (speed > 0)
     x, y, group = np.log(speed[keep]), np.log(host_s[keep]), num_decode[keep]
     fit = _within_slope(x, y, group)
@@ -109,30 +109,40 @@ def _within_slope(
 
 
 def host_price_s(
-    gpu: GpuConfig, num_decode: int, chunks: int, context: int, tokens: int, device_extra_s: float
+    terms: OverheadTerms,
+    num_decode: int,
+    chunks: int,
+    context: int,
+    tokens: int,
+    device_extra_s: float,
 ) -> float:
     """The host part of a step's price: the host terms (`OverheadTerms.host_s`) less the
-    device fit's fixed extra (at most what `gpu.prefill_step_overhead_s` holds: the fit clips
-    that term at 0)."""
-    host = overhead_terms(gpu).host_s(num_decode, chunks, context, tokens)
-    return host - (min(device_extra_s, gpu.prefill_step_overhead_s) if tokens else 0.0)
-
-
-def shape_host_price_s(gpu: GpuConfig, shape: StepShape, device_extra_s: float) -> float:
-    tokens, chunks, context = sum(shape.prefill_new), len(shape.prefill_new), sum(shape.prefill_ctx)
-    return host_price_s(gpu, shape.num_decode, chunks, context, tokens, device_extra_s)
+    device fit's fixed extra (at most what `prefill_extra_s`, gpu.prefill_step_overhead_s,
+    holds: the fit clips that term at 0)."""
+    host = terms.host_s(num_decode, chunks, context, tokens)
+    return host - (min(device_extra_s, terms.prefill_extra_s) if tokens else 0.0)
 
 
 class HostSpeedExecutor:
     """A node's executor whose steps' host part runs at the measured speed of their start:
-    the inner price plus the host price times (speed / reference - 1). Step-by-step only (the
-    cluster runs with `exact_steps`): decode spans price ahead of time, at no known start."""
+    the inner price plus the host price times ((speed / reference) ** exponent - 1).
+    Step-by-step only (the cluster runs with `exact_steps`): decode spans price ahead of time,
+    at no known start."""
 
     def __init__(self, inner: StepExecutor, gpu: GpuConfig, host: HostPricing):
-        self.inner, self.gpu, self.host = inner, gpu, host
+        self.inner, self.host = inner, host
+        self.terms = overhead_terms(gpu)  # once: run_step is the simulation's per-step path
 
     def run_step(self, node_id: int, step: Step, now: float) -> float:
         step_s = self.inner.run_step(node_id, step, now)
         factor = float(self.host.factors(now)[0])
-        host_s = shape_host_price_s(self.gpu, step.shape(), self.host.device_extra_s)
+        shape = step.shape()
+        tokens, chunks, context = (
+            sum(shape.prefill_new),
+            len(shape.prefill_new),
+            sum(shape.prefill_ctx),
+        )
+        host_s = host_price_s(
+            self.terms, shape.num_decode, chunks, context, tokens, self.host.device_extra_s
+        )
         return step_s + host_s * (factor - 1.0)

@@ -397,8 +397,9 @@ def step_errors(
     if host is not None:
         factor = host.factors(run.steps.start_s.to_numpy())
         features = run.steps[list(HOST_FEATURES)].to_numpy(dtype=np.int64).tolist()
+        terms = overhead_terms(run.cfg.gpu)
         host_s = [
-            host_price_s(run.cfg.gpu, decodes, chunks, context, tokens, host.device_extra_s)
+            host_price_s(terms, decodes, chunks, context, tokens, host.device_extra_s)
             for decodes, chunks, context, tokens in features
         ]
         predicted = predicted + np.array(host_s) * (factor - 1.0)

@@ -46,21 +46,23 @@ def diag_table() -> pd.DataFrame:
     return pd.DataFrame(out).T.round(1)
 
 
-def slow_windows(run_dir: Path) -> tuple[float, str]:
-    """Share of the run's windows in the slow mode, and the windows as a strip (# slow)."""
-    steps = pd.read_csv(run_dir / "engine" / "steps.csv")
+def window_ratios(steps: pd.DataFrame) -> pd.Series:
+    """Each 0.5 s window's decode-only steps' median `prep_s` over the run's 10th percentile."""
     decode = steps[steps.num_prefill == 0]
     prep = decode.groupby(decode.start_s // WINDOW_S).prep_s.median()
-    slow = (prep / decode.prep_s.quantile(0.10)).to_numpy() > SLOW
+    return prep / decode.prep_s.quantile(0.10)
+
+
+def slow_windows(run_dir: Path) -> tuple[float, str]:
+    """Share of the run's windows in the slow mode, and the windows as a strip (# slow)."""
+    slow = window_ratios(pd.read_csv(run_dir / "engine" / "steps.csv")).to_numpy() > SLOW
     return float(slow.mean()), "".join("#" if s else "." for s in slow)
 
 
 def mode_of_steps(run_dir: Path) -> np.ndarray:
     """Each step's window is slow (True) or not, as slow_windows decides."""
     steps = pd.read_csv(run_dir / "engine" / "steps.csv")
-    decode = steps[steps.num_prefill == 0]
-    prep = decode.groupby(decode.start_s // WINDOW_S).prep_s.median()
-    ratio = (steps.start_s // WINDOW_S).map(prep / decode.prep_s.quantile(0.10))
+    ratio = (steps.start_s // WINDOW_S).map(window_ratios(steps))
     return ratio.ffill().bfill().to_numpy() > SLOW
 
 

@@ -30,6 +30,7 @@ from kvsched.validate import (
 )
 from sim.config import ConfigError
 from sim.latency.base import StepShape
+from sim.latency.factory import overhead_terms
 from sim.scheduler import Step
 from tests.app.test_validate import CLOSED_LOOP, OPEN_LOOP, write_as_engine_run
 
@@ -221,13 +222,15 @@ def test_the_executor_prices_a_steps_host_part_at_the_speed_of_its_start(runs):
     chunk = Shaped(StepShape([300, 200], [1000, 0], 8, 4000))
     decode = Shaped(StepShape([], [], 8, 4000))
     chunk_host = 1e-4 + 2e-6 * 8 + 1.5e-3 + 1e-5 * 8 + 3e-5 * 2 + 5e-8 * 1000 + 1e-7 * 500 - 1e-3
-    assert host_price_s(gpu, 8, 2, 1000, 500, 1e-3) == pytest.approx(chunk_host, rel=1e-12)
+    assert host_price_s(overhead_terms(gpu), 8, 2, 1000, 500, 1e-3) == pytest.approx(
+        chunk_host, rel=1e-12
+    )
     assert executor.run_step(0, chunk, 4.0) == pytest.approx(0.01 + chunk_host, rel=1e-12)
     assert executor.run_step(0, decode, 4.0) == pytest.approx(0.01 + 1e-4 + 2e-6 * 8, rel=1e-12)
     assert executor.run_step(0, chunk, 1.0) == 0.01
     # a fixed extra larger than the term holding it (clipped at 0 by the fit) is not subtracted
     clipped = gpu.model_copy(update={"prefill_step_overhead_s": 0.0})
-    assert host_price_s(clipped, 8, 2, 1000, 500, 1e-3) == pytest.approx(
+    assert host_price_s(overhead_terms(clipped), 8, 2, 1000, 500, 1e-3) == pytest.approx(
         chunk_host + 1e-3 - 1.5e-3, rel=1e-12
     )
 
