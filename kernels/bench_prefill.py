@@ -223,62 +223,96 @@ def prefill_row(ctx, new, cfg, copy_tbps, mm_tflops, sdpa=True, flex=False) -> d
     return row
 
 
-def small_chunk_rows(cases: list, variants: list[dict], log, shape=ARTICLE_SHAPE) -> list[dict]:
-    """Few new tokens over a long context (the prefix-hit target), one prepared launch per
-    variant of `prepare_prefill`'s knobs (combine_rows / combine_splits / pdl_combine), timed as
-    each layer of the engine's step issues it; two passes, the second in reverse order."""
+# A small-suite variant's keys that go to plan_prefill (the rest go to prepare_prefill, except
+# "_gluon": kernels.gluon_prefill module knobs set while the variant is prepared).
+SMALL_PLAN_KEYS = ("block_m", "programs_per_sm", "min_split_tokens", "pad_min_rows")
+
+
+def small_variant(args, plan_args: tuple, knobs: dict, out):
+    """(plan, prepared launch) of one small-suite variant, its output checked."""
     import torch
 
-    from kernels.paged_prefill import plan_prefill, prepare_prefill
+    from kernels import gluon_prefill
+    from kernels.paged_prefill import CLASS_KEYS, plan_prefill, prepare_prefill
+
+    q, kv, cu = args
+    plan_kw = {k: v for k, v in knobs.items() if k in SMALL_PLAN_KEYS}
+    launch = {k: v for k, v in knobs.items() if k in CLASS_KEYS}
+    rest = {k: v for k, v in knobs.items() if k not in (*SMALL_PLAN_KEYS, *CLASS_KEYS, "_gluon")}
+    plan = plan_prefill(*plan_args, device=q.device, launch=launch or None, **plan_kw)
+    saved = {k: getattr(gluon_prefill, k) for k in knobs.get("_gluon", {})}
+    try:
+        for k, v in knobs.get("_gluon", {}).items():
+            setattr(gluon_prefill, k, v)  # read when the launch is prepared (its constants)
+        tensors = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
+        launch_ = prepare_prefill(*tensors, out=out, plan=plan, **rest)
+    finally:
+        for k, v in saved.items():
+            setattr(gluon_prefill, k, v)
+    launch_.launch(kv.k_cache, kv.v_cache)
+    err = check_prefill(q, kv, cu, out)
+    if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
+        raise RuntimeError(f"prefill output wrong: rel err {err} {knobs}")
+    return plan, launch_
+
+
+def small_chunk_rows(cases: list, variants: list[dict], log, shape=ARTICLE_SHAPE) -> list[dict]:
+    """Few new tokens over a long context (the prefix-hit target), one prepared launch per
+    variant (plan knobs SMALL_PLAN_KEYS and launch keys to plan_prefill, the combine's knobs to
+    prepare_prefill, "_gluon" module knobs), timed as each layer of the engine's step issues it;
+    two passes, the second in reverse order. A variant that fails is logged and left out."""
+    import torch
+
     from kernels.reference import prefill_flops
 
     hq, hkv, d = (shape[k] for k in ("num_q_heads", "num_kv_heads", "head_dim"))
     rows = []
     for ctx, new in cases:
         q, kv, cu = prefill_inputs(ctx, new, shape=shape)
-        plan = plan_prefill([new], [ctx + new], hkv, hq // hkv, device=q.device)
         kv_bytes = (ctx + new) * 2 * hkv * d * 2
         flops = prefill_flops([ctx], [new], hq, d)
         roofline_ms = max(kv_bytes / DATASHEET_TBPS, flops / DATASHEET_TFLOPS) / 1e12 * 1e3
-        args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
-        launches = []
-        for knobs in variants:
-            out = torch.full_like(q, float("nan"))
-            launch = prepare_prefill(*args, out=out, plan=plan, **knobs)
-            launch.launch(kv.k_cache, kv.v_cache)
-            err = check_prefill(q, kv, cu, out)
-            if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
-                raise RuntimeError(f"prefill output wrong: rel err {err} c={ctx} n={new} {knobs}")
-            launches.append(launch)
+        plan_args = ([new], [ctx + new], hkv, hq // hkv)
+        ready = {}
+        for i, knobs in enumerate(variants):
+            try:
+                ready[i] = small_variant((q, kv, cu), plan_args, knobs, torch.full_like(q, np.nan))
+            except Exception as exc:  # a variant that does not compile or run: the others go on
+                log(f"  small c={ctx} n={new} {knobs}: FAILED {type(exc).__name__}: {exc}")
 
-        def timed(i: int, launches=launches, kv=kv) -> float:
-            return bench_ms(lambda: launches[i].launch(kv.k_cache, kv.v_cache))
+        def timed(i: int, ready=ready, kv=kv) -> float:
+            return bench_ms(lambda: ready[i][1].launch(kv.k_cache, kv.v_cache))
 
-        order = list(range(len(variants)))
+        order = sorted(ready)
         first = {i: timed(i) for i in order}
         second = {i: timed(i) for i in reversed(order)}
-        passes = [[first[i] for i in order], [second[i] for i in order]]
-        for i, knobs in enumerate(variants):
-            ms = (passes[0][i] + passes[1][i]) / 2
+        line = []
+        for i in order:
+            plan, launch = ready[i]
+            ms = (first[i] + second[i]) / 2
             rows.append(
                 {
                     "context": ctx,
                     "new": new,
-                    "knobs": knobs,
+                    "knobs": variants[i],
                     "ms": ms,
-                    "ms_passes": [passes[0][i], passes[1][i]],
+                    "ms_passes": [first[i], second[i]],
                     "x_roofline": ms / roofline_ms,
                     "roofline_ms": roofline_ms,
                     "work_class": plan.work_class,
                     "max_splits": plan.max_splits,
-                    "launches": len(launches[i].launches),
+                    "block_m": plan.block_m,
+                    "main_kernel": getattr(launch.launches[0].kernel, "__name__", "?"),
+                    "launches": len(launch.launches),
                 }
             )
-        log(
-            f"  small c={ctx} n={new} [{plan.work_class}, {plan.max_splits} splits] "
-            + " | ".join(f"{r['ms']:.4f} ({r['x_roofline']:.2f}x)" for r in rows[-len(variants) :])
-        )
-        del q, kv, launches
+            r = rows[-1]
+            line.append(
+                f"{ms:.4f} ({r['x_roofline']:.2f}x {plan.work_class}/{plan.block_m}/"
+                f"{plan.max_splits})"
+            )
+        log(f"  small c={ctx} n={new}: " + " | ".join(line))
+        del q, kv, ready
         _free()
     return rows
 
@@ -536,7 +570,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--small-variants",
         default="[{}]",
-        help="JSON list of prepare_prefill knobs (combine_rows, combine_splits, pdl_combine)",
+        help="JSON list of variants: plan knobs (SMALL_PLAN_KEYS), launch keys, prepare_prefill "
+        'knobs (combine_rows, combine_splits, pdl_combine), "_gluon": gluon_prefill knobs',
+    )
+    ap.add_argument(
+        "--small-shape",
+        default="{}",
+        help="JSON: the small suite's attention shape over the article's (num_q_heads, ...)",
     )
     ap.add_argument("--config", default="{}", help="JSON prefill plan config (+ launch keys)")
     ap.add_argument(
@@ -652,7 +692,9 @@ def main(argv: list[str] | None = None) -> int:
             save()
     if "small" in suites:
         cases = [(int(c), int(n)) for c, n in load_json_arg(args.small_cases)]
-        result["small"] = small_chunk_rows(cases, load_json_arg(args.small_variants), log)
+        shape = {**ARTICLE_SHAPE, **json.loads(args.small_shape)}
+        result["small_shape"] = shape
+        result["small"] = small_chunk_rows(cases, load_json_arg(args.small_variants), log, shape)
         save()
     if "cascade" in suites:
         from kernels.cascade_decode import DEFAULT_PREFIX_CONFIG

@@ -136,7 +136,7 @@ def prefill_launch_configs() -> dict:
     return {k: dict(v) for k, v in PREFILL_LAUNCH_CONFIGS.items()}
 
 
-_PLAN_KEYS = ("block_m", "block_n", "programs_per_sm", "min_split_tokens")
+_PLAN_KEYS = ("block_m", "block_n", "programs_per_sm", "min_split_tokens", "pad_min_rows")
 
 
 def fidelity_plans_extra(

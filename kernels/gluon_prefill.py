@@ -101,6 +101,9 @@ WS_PRODUCER_WARPS = 4  # setmaxnreg works per warpgroup
 WS_MAX_STAGES = 4
 WS_READY_LAG = 1
 WS_PINGPONG = 0  # 1: the consumers take turns issuing their products (_ws_consumer)
+# 1: a consumer none of whose 64 rows is a query (chunks of <= 64 / GROUP_P tokens in a padded
+# 128-row tile: kernels.paged_prefill's pad_min_rows) only hands the stages back (session 12).
+WS_SKIP_IDLE = 0
 # Persistent loop 2 (variant 3): the same knobs (5 stages fit next to two Q tiles at 64-key
 # tiles), the unit order (_ps_unit) and a cap on its programs (None: one per SM; tests use it
 # to give each program many units).
@@ -151,7 +154,8 @@ def choose(
     }
     if variant == 2:
         lag = max(1, min(WS_READY_LAG, ns - 3))
-        return WS_KERNEL, {**consts, "LAG": lag, "PINGPONG": int(WS_PINGPONG)}
+        knobs = {"LAG": lag, "PINGPONG": int(WS_PINGPONG), "SKIP_IDLE": int(WS_SKIP_IDLE)}
+        return WS_KERNEL, {**consts, **knobs}
     return PS_KERNEL, {**consts, "LAG": max(1, min(PS_READY_LAG, ns - 3)), "ORDER": PS_ORDER}
 
 
@@ -484,7 +488,44 @@ if HAVE_GLUON:
         return p, m_new
 
     @gluon.jit
+    def _ws_release_stages(ready, empty, n_tiles, NS: gl.constexpr):
+        """A consumer whose 64 rows are all padding (a chunk of <= 64 / GROUP_P tokens in a
+        128-row tile): hands each stage back once its copies landed, as its P @ V would have,
+        so the other consumer's products have the tensor cores alone. Waiting for `ready` keeps
+        its arrivals in the stage's current phase (the copy of tile t + NS waits for both)."""
+        for t in range(n_tiles - 1):  # the last tile's stage is never waited for (as below)
+            st = t % NS
+            mbarrier.wait(ready.index(st), (t // NS) & 1)
+            mbarrier.arrive(empty.index(st))
+
+    @gluon.jit
     def _ws_consumer(
+        q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+        q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
+        stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
+        stride_pos, stride_poh, stride_pls, stride_plh,
+        q_smem, k_smem, v_smem, ready, empty, turn,
+        GROUP: gl.constexpr, GROUP_P: gl.constexpr, BLOCK_N: gl.constexpr,
+        HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr,
+        NS: gl.constexpr, C: gl.constexpr, PINGPONG: gl.constexpr, SKIP_IDLE: gl.constexpr,
+    ):  # fmt: skip
+        """Consumer C's rows (`_ws_consumer_rows`), or with SKIP_IDLE (not with PINGPONG, whose
+        turns need both) only the stage hand-back when none of its rows is a query (session 12)."""
+        idle = q_start + (C * 64) // GROUP_P >= n_new if SKIP_IDLE and not PINGPONG else False
+        if idle:
+            _ws_release_stages(ready, empty, n_tiles, NS)
+        else:
+            _ws_consumer_rows(
+                q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+                q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
+                stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
+                stride_pos, stride_poh, stride_pls, stride_plh,
+                q_smem, k_smem, v_smem, ready, empty, turn,
+                GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, C, PINGPONG,
+            )  # fmt: skip
+
+    @gluon.jit
+    def _ws_consumer_rows(
         q_ptr, out_ptr, lse_ptr, part_out_ptr, part_lse_ptr, qk_scale,
         q_begin, n_new, ctx, q_start, kv_start, kv_end, slot, kv_head, n_tiles,
         stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
@@ -609,7 +650,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
         CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, NUM_WARPS: gl.constexpr,
         NS: gl.constexpr, P_WARPS: gl.constexpr, C_REGS: gl.constexpr, P_REGS: gl.constexpr,
-        LAG: gl.constexpr, PINGPONG: gl.constexpr,
+        LAG: gl.constexpr, PINGPONG: gl.constexpr, SKIP_IDLE: gl.constexpr,
     ):  # fmt: skip
         gl.static_assert(BLOCK_Q * GROUP_P == 128, "two consumer warpgroups of 64 rows")
         dtype: gl.constexpr = q_ptr.dtype.element_ty
@@ -657,6 +698,7 @@ if HAVE_GLUON:
                         stride_pos, stride_poh, stride_pls, stride_plh,
                         q_smem, k_smem, v_smem, ready, empty, turn,
                         GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 0, PINGPONG,
+                        SKIP_IDLE,
                     ),
                 ),
                 (
@@ -668,6 +710,7 @@ if HAVE_GLUON:
                         stride_pos, stride_poh, stride_pls, stride_plh,
                         q_smem, k_smem, v_smem, ready, empty, turn,
                         GROUP, GROUP_P, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NS, 1, PINGPONG,
+                        SKIP_IDLE,
                     ),
                 ),
                 (

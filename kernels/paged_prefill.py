@@ -29,7 +29,9 @@ CUDA-graph capture) cuts every request into query tiles and, when the tiles alon
 the GPU (few new tokens over a long context), cuts each tile's keys into splits. Splits cut only
 the keys every row of the tile may see, so each split holds at least one visible key for every
 row; split partials (normalised output, log2-sum-exp) are merged by `_prefill_combine_kernel`.
-Work items are ordered longest first so the tail of a ragged batch is short.
+Work items are ordered longest first so the tail of a ragged batch is short. With `pad_min_rows`
+(session 12) such split tiles of a few tokens are padded to the 128 rows of the Gluon loops
+(kernels.gluon_prefill), whose padding rows load and store nothing.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
     "programs_per_sm": None,  # split keys only while fewer programs than this per SM run;
     # None: 1 for tiles of >= 64 rows (long programs), 2 for smaller tiles (H200 sweep)
     "min_split_tokens": 256,
+    # Split tiles of at least this many rows but fewer than block_m are padded to block_m rows
+    # where the "split" class runs a Gluon loop (128-row tiles only), so few new tokens over a
+    # long context take loop 2 instead of the Triton kernel; 0: off (session 12).
+    "pad_min_rows": 0,
 }
 # Work classes: "tiles" = the query tiles fill the GPU (chunks of hundreds of tokens and more:
 # compute-bound); "tiles_wide" = the same with WIDE_BLOCK_M-row tiles (causal chunks whose wide
@@ -504,6 +510,12 @@ class PrefillPlan:
     lazy_rescale: bool = False
     gluon: int = 0
     max_splits: int = 1  # the most key splits of one query tile (the split combine's shape)
+    max_new: int = 0  # the longest chunk's new tokens (0: unknown, every row of a tile used)
+
+    @property
+    def rows_used(self) -> int:
+        """The most rows any tile holds (< block_m where chunks are shorter than a padded tile)."""
+        return min(self.block_q, self.max_new or self.block_q) * self.group_p
 
     @property
     def block_m(self) -> int:
@@ -518,6 +530,21 @@ def choose_block_q(max_new: int, group_p: int, block_m: int) -> int:
     (at least 16 rows in all, the tl.dot minimum)."""
     rows = min(block_m, max(16, triton.next_power_of_2(max(1, max_new) * group_p)))
     return max(1, rows // group_p)
+
+
+def _split_pps(rows: int) -> int:
+    """Programs per SM a split aims at by default: 2 for tiles under 64 rows (short programs),
+    else 1 (H200 sweep)."""
+    return 2 if rows < 64 else 1
+
+
+GLUON_TILE_ROWS = 128  # the only tile the Gluon loops take (kernels/gluon_prefill.supports)
+
+
+def _pads(rows: int, block_m: int, pad_min_rows: int, launch: dict[str, Any] | None) -> bool:
+    """Whether a split tile of `rows` rows is padded to `block_m` (see pad_min_rows)."""
+    gluon = {**PREFILL_LAUNCH_CONFIGS["split"], **(launch or {})}.get("gluon")
+    return bool(gluon) and block_m == GLUON_TILE_ROWS and 0 < pad_min_rows <= rows < block_m
 
 
 def _split_counts(first: np.ndarray, tps: int) -> np.ndarray:
@@ -621,6 +648,7 @@ def plan_prefill(
     tokens_per_split: int | None = None,
     num_sms: int | None = None,
     launch: dict[str, Any] | None = None,
+    pad_min_rows: int = DEFAULT_PREFILL_CONFIG["pad_min_rows"],
 ) -> PrefillPlan:
     """Host-side work list for `paged_prefill_attention` (see the module docstring).
 
@@ -629,6 +657,7 @@ def plan_prefill(
     per SM, into pieces of at least `min_split_tokens`, as few as keep every program in one wave
     (<= programs_per_sm x SMs programs). The plan records the launch config of its work class
     ("split" or "tiles", PREFILL_LAUNCH_CONFIGS); `block_n` and `launch` override it.
+    `pad_min_rows`: see DEFAULT_PREFILL_CONFIG.
     """
     q_lens = np.asarray(q_lens, dtype=np.int64)
     seq_lens = np.asarray(seq_lens, dtype=np.int64)
@@ -654,9 +683,7 @@ def plan_prefill(
             sms = num_sms
         elif str(device) != "cpu":
             sms = _num_sms(torch.device(device))
-        pps = (
-            programs_per_sm if programs_per_sm is not None else (2 if block_q * group_p < 64 else 1)
-        )
+        pps = programs_per_sm if programs_per_sm is not None else _split_pps(block_q * group_p)
         split = 0 < len(reqs_a) * num_kv_heads < max(1, pps * sms)
     else:
         if tokens_per_split < 1:
@@ -684,6 +711,12 @@ def plan_prefill(
             if wide_q > block_q and n_wide * num_kv_heads >= sms:
                 work_class, block_q = "tiles_wide", wide_q
                 reqs_a, starts_a, need, first = _query_tiles(q_lens, seq_lens, block_q, causal)
+    if work_class.startswith("split") and _pads(block_q * group_p, block_m, pad_min_rows, launch):
+        # One tile per request before and after (block_q >= its chunk), so the split decision
+        # above holds; the padded rows are masked (no loads, no stores).
+        work_class, block_q = "split", block_m // group_p
+        reqs_a, starts_a, need, first = _query_tiles(q_lens, seq_lens, block_q, causal)
+        pps = _split_pps(block_m)
     cfg = {**PREFILL_LAUNCH_CONFIGS[work_class], **(launch or {})}
     if tokens_per_split is None and split:
         if programs_per_sm is None:
@@ -736,6 +769,7 @@ def plan_prefill(
         lazy_rescale=bool(cfg["lazy_rescale"]),
         gluon=int(cfg.get("gluon", 0)),
         max_splits=int(n_splits.max(initial=1)),
+        max_new=int(q_lens.max(initial=0)),
     )
 
 
@@ -795,6 +829,7 @@ def prepare_prefill(
     programs_per_sm: int | None = DEFAULT_PREFILL_CONFIG["programs_per_sm"],
     min_split_tokens: int = DEFAULT_PREFILL_CONFIG["min_split_tokens"],
     tokens_per_split: int | None = None,
+    pad_min_rows: int = DEFAULT_PREFILL_CONFIG["pad_min_rows"],
     combine_rows: int | None = None,
     combine_splits: int | None = None,
     pdl_combine: bool = PDL_COMBINE,
@@ -883,6 +918,7 @@ def prepare_prefill(
             tokens_per_split=tokens_per_split,
             num_sms=_num_sms(q.device),
             launch=given,
+            pad_min_rows=pad_min_rows,
         )
     else:
         _check(plan.causal == causal, f"plan was built with causal={plan.causal}")
@@ -1021,7 +1057,8 @@ def prepare_prefill(
         block_r = max(1, min(combine_rows, plan.block_m // 2))
         combine = BoundLaunch(
             _prefill_combine_kernel,
-            (plan.combine.shape[0], num_kv_heads, plan.block_m // block_r),
+            # Programs only for rows some tile uses (a padded tile's others hold nothing).
+            (plan.combine.shape[0], num_kv_heads, -(-plan.rows_used // block_r)),
             [
                 cu_seqlens_q,
                 plan.combine,

@@ -234,8 +234,23 @@ def test_small_chunk_suite_times_each_prepared_variant():
     from kernels.bench_prefill import small_chunk_rows
 
     shape = dict(num_q_heads=8, num_kv_heads=2, head_dim=32)
-    variants = [{}, {"combine_rows": 2, "combine_splits": 16, "pdl_combine": True}]
-    rows = small_chunk_rows([(600, 3)], variants, lambda msg: None, shape=shape)
-    assert [r["knobs"] for r in rows] == variants
-    assert all(r["launches"] == 2 and r["max_splits"] == 3 for r in rows)
+    variants = [
+        {},
+        {"combine_rows": 2, "combine_splits": 16, "pdl_combine": True},
+        {"pad_min_rows": 16, "_gluon": {"WS_SKIP_IDLE": 1}},  # plan knobs; Gluon's module knobs
+        {"combine_rows": 3},  # not a power of two: logged and left out
+    ]
+    logged: list[str] = []
+    rows = small_chunk_rows([(600, 3)], variants, logged.append, shape=shape)
+    assert [r["knobs"] for r in rows] == variants[:3]
+    assert [(r["work_class"], r["block_m"], r["max_splits"]) for r in rows] == [
+        ("split_small", 16, 3),
+        ("split_small", 16, 3),
+        ("split", 128, 3),
+    ]
+    assert all(r["launches"] == 2 for r in rows)
     assert all(r["ms"] > 0 and len(r["ms_passes"]) == 2 and r["x_roofline"] > 0 for r in rows)
+    assert "FAILED ValueError" in logged[0] and len(logged) == 2
+    from kernels import gluon_prefill
+
+    assert gluon_prefill.WS_SKIP_IDLE == 0  # restored after the variant was prepared

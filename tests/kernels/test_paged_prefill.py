@@ -8,6 +8,7 @@ log-sum-exp) are poisoned with NaN before every call, so an unwritten element fa
 import numpy as np
 import pytest
 import torch
+import triton
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -252,6 +253,62 @@ def test_plan_splits_cut_only_keys_every_row_sees():
     # Longest work first.
     lengths = big.work[:, 3] - big.work[:, 2]
     assert bool((lengths[:-1] >= lengths[1:]).all())
+
+
+def test_padded_split_tiles_take_the_gluon_tile():
+    # pad_min_rows (session 12): a split tile of 32-127 rows (4-15 tokens x GROUP 8) becomes one
+    # 128-row tile (Gluon loop 2's only shape), class "split", split as the 16-token tile is;
+    # under pad_min_rows, without a Gluon loop, unsplit, or at other block_m it stays as it was.
+    kw = dict(num_sms=132, pad_min_rows=32)
+    sixteen = plan_prefill([16], [32784], 8, 8, num_sms=132)
+    for new in (4, 8, 15):
+        plan = plan_prefill([new], [32768 + new], 8, 8, **kw)
+        assert (plan.work_class, plan.block_q, plan.block_m) == ("split", 16, 128)
+        assert plan.rows_used == new * 8 and plan.max_new == new
+        assert plan.tokens_per_split == sixteen.tokens_per_split
+        assert plan.work.shape == sixteen.work.shape
+    assert plan_prefill([4], [32772], 8, 8, num_sms=132).block_q == 4  # off by default (0)
+    two = plan_prefill([2], [32770], 8, 8, **kw)
+    assert (two.work_class, two.block_q) == ("split_small", 2)  # 16 rows < 32
+    assert plan_prefill([4], [32772], 8, 8, launch={"gluon": 0}, **kw).block_q == 4
+    assert plan_prefill([4] * 200, [4096] * 200, 8, 8, **kw).block_q == 4  # tiles fill the GPU
+    assert plan_prefill([4], [32772], 8, 8, block_m=64, **kw).block_q == 4
+    # GROUP 4: 8-31 tokens (32-124 rows) are padded to 32 tokens; a chunk of 4 (16 rows) is not.
+    assert plan_prefill([9], [8201], 8, 4, **kw).block_q == 32
+    assert plan_prefill([4], [8196], 8, 4, **kw).block_q == 4
+    assert plan_prefill([16], [32784], 8, 8, pad_min_rows=32, num_sms=132).rows_used == 128
+
+
+@pytest.mark.parametrize("skip_idle", [0, 1] if ON_GPU else [0])  # Gluon's WS_SKIP_IDLE
+@pytest.mark.parametrize("group", [4, 6, 8])
+def test_padded_split_tiles_against_the_reference(monkeypatch, group, skip_idle):
+    # Chunks of 1-15 tokens over contexts that split, in 128-row tiles padded from 16-64 rows:
+    # the Triton kernel under the interpreter, Gluon loop 2 on a Hopper GPU (both consumers,
+    # one, or one consumer's rows only partly queries); output and lse NaN-poisoned; the
+    # split combine runs programs only for the rows a tile uses.
+    from kernels import gluon_prefill
+    from kernels.paged_prefill import combine_shape, prepare_prefill
+
+    monkeypatch.setattr(gluon_prefill, "WS_SKIP_IDLE", skip_idle)
+    ctx, new = [40 * SCALE, 100 * SCALE, 7, 64 * SCALE], [4, 9, 3, 15]
+    split = None if ON_GPU else 16  # CPU: contexts too short for the planner to split
+    kw = dict(group=group, block_m=128, pad_min_rows=16, tokens_per_split=split, seed=group)
+    check(ctx, new, **kw)
+    check(ctx[:1], new[:1], **kw)
+    check(ctx[1:2], [2], **kw)
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    q, kv, cu = make_prefill_batch(ctx, new, 2, group, HEAD_DIM, 16, torch.bfloat16, DEVICE, g)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, cu)
+    prep = prepare_prefill(
+        *args, block_m=128, pad_min_rows=16, tokens_per_split=split, block_n=CFG.get("block_n")
+    )
+    plan = prep.plan
+    assert plan is not None and plan.block_m == 128 and plan.n_slots > 0
+    assert plan.rows_used == 15 * triton.next_power_of_2(group)
+    block_r = min(combine_shape(plan)[0], 64)
+    assert prep.launches[1].grid[2] == -(-plan.rows_used // block_r)
+    if _gluon_runs():
+        assert prep.launches[0].kernel is gluon_prefill.WS_KERNEL
 
 
 @pytest.mark.parametrize("sm_scale", [None, 1.5])
@@ -544,3 +601,7 @@ def test_gluon_choice(monkeypatch):
     monkeypatch.setattr(gp, "WS_READY_LAG", 5)
     consts = gp.choose(2, "cuda", 128, 128, 64, bf16)[1]
     assert consts["NS"] == 6 and consts["LAG"] == 3
+    # Loop 2's idle-consumer shortcut is a constant of its launch (session 12).
+    for skip in (0, 1):
+        monkeypatch.setattr(gp, "WS_SKIP_IDLE", skip)
+        assert gp.choose(2, "cuda", 128, 128, 64, bf16)[1]["SKIP_IDLE"] == skip
