@@ -16,25 +16,28 @@
 #         2. small chunks over 2K / 8K / 32K (64 q / 8 KV heads, GROUP 8) and over 32K at
 #            32 q / 8 KV (GROUP 4): unpadded, padded with and without the idle skip, padded at
 #            2 programs per SM, unpadded at 1 per SM (prepared launches, two passes)
+# Call 1 (07:29 UTC, 5e16dde) chose pad_min_rows 16 and WS_SKIP_IDLE 1 (faster on every padded
+# case, 2-16 tokens over 2K-32K at GROUP 8 and 4; 24 tokens over 32K +0.6%).
 # calib (call 2): GPU tests of the defaults, then ONE re-calibration of every part but the NCCL
 #         all-reduce (--fidelity 30 --fidelity-extra 12), then the small-chunk targets
 mode=${1:-sweep}
 . "$(dirname "$0")/device_budget.sh"
 if [ "$mode" = calib ]; then
-  device_start 480
+  device_start 520
   step "pytest (GPU): padded split tiles, Gluon loop 2, split combine, prepared launches"
-  timeout "$(left 60 410)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
+  timeout "$(left 100 410)" python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_paged_prefill.py \
     tests/kernels/test_prepared_launch.py -k "padded or gluon_tiles or split_combine or prepared or gqa_ratios" \
     2>&1 | tail -n 8 | tee -a "$log"
   step "calibrate gemm,lm_head,decode,prefill,cascade + fidelity 30 + 12 (defaults, prepared launches)"
   cp kernels/calibration/h200.json kernels/calibration/h200_fidelity.json "$OUT/"
-  timeout "$(left 370 30)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
+  timeout "$(left 370 40)" python3 -m kernels.calibrate --parts gemm,lm_head,decode,prefill,cascade \
     --fidelity 30 --fidelity-extra 12 --out "$OUT/h200.json" --fidelity-out "$OUT/h200_fidelity.json" \
     2>&1 | tee -a "$log"
-  step "targets: small chunks over 32K (defaults)"
-  timeout "$(left 30 0)" python3 -m kernels.bench_prefill --suite small --out "$OUT/bench_small_s12_call2.json" \
-    --small-cases '[[32768, 1], [32768, 2], [32768, 4], [32768, 8], [32768, 16], [32768, 64]]' \
-    2>&1 | tee -a "$log"
+  step "targets: small chunks over 32K, and 1-2 tokens over short contexts (defaults vs session 11's)"
+  timeout "$(left 40 0)" python3 -m kernels.bench_prefill --suite small --out "$OUT/bench_small_s12_call2.json" \
+    --small-cases '[[32768, 1], [32768, 2], [32768, 4], [32768, 8], [32768, 16], [32768, 64],
+    [2048, 1], [512, 1], [0, 1], [2048, 2]]' \
+    --small-variants '[{}, {"pad_min_rows": 0, "_gluon": {"WS_SKIP_IDLE": 0}}]' 2>&1 | tee -a "$log"
   step "done"
   exit 0
 fi

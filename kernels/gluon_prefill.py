@@ -103,7 +103,10 @@ WS_READY_LAG = 1
 WS_PINGPONG = 0  # 1: the consumers take turns issuing their products (_ws_consumer)
 # 1: a consumer none of whose 64 rows is a query (chunks of <= 64 / GROUP_P tokens in a padded
 # 128-row tile: kernels.paged_prefill's pad_min_rows) only hands the stages back (session 12).
-WS_SKIP_IDLE = 0
+# H200, 2026-12-01 07:31 UTC (measurements/bench_small_s12_call1.json), padded tiles, ms, 0 ->
+# 1: 2 / 4 / 8 tokens over 32K 0.0542 / 0.0545 / 0.0553 -> 0.0516 / 0.0518 / 0.0528; 24 tokens
+# (tiles of 16 + 8) 0.0874 -> 0.0880; tiles with both halves used unchanged.
+WS_SKIP_IDLE = 1
 # Persistent loop 2 (variant 3): the same knobs (5 stages fit next to two Q tiles at 64-key
 # tiles), the unit order (_ps_unit) and a cap on its programs (None: one per SM; tests use it
 # to give each program many units).

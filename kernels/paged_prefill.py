@@ -74,8 +74,13 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
     "min_split_tokens": 256,
     # Split tiles of at least this many rows but fewer than block_m are padded to block_m rows
     # where the "split" class runs a Gluon loop (128-row tiles only), so few new tokens over a
-    # long context take loop 2 instead of the Triton kernel; 0: off (session 12).
-    "pad_min_rows": 0,
+    # long context take loop 2 (with WS_SKIP_IDLE) instead of the Triton kernel; 0: off. H200
+    # sweep of 2026-12-01 07:31 UTC (session 12, measurements/bench_small_s12_call1.json,
+    # prepared launches, mean of two passes), ms at 64 q / 8 KV heads, off -> 16: 2 / 4 / 8
+    # tokens over 32K 0.0535 / 0.0560 / 0.0663 -> 0.0516 / 0.0518 / 0.0528, over 8K 0.0255 /
+    # 0.0277 / 0.0294 -> 0.0232 / 0.0236 / 0.0247, 4 / 8 over 2K 0.0222 / 0.0232 -> 0.0188 /
+    # 0.0194; at 32 q / 8 KV, 8 / 16 over 32K 0.0580 / 0.0660 -> 0.0519 / 0.0530.
+    "pad_min_rows": 16,
 }
 # Work classes: "tiles" = the query tiles fill the GPU (chunks of hundreds of tokens and more:
 # compute-bound); "tiles_wide" = the same with WIDE_BLOCK_M-row tiles (causal chunks whose wide
@@ -716,7 +721,7 @@ def plan_prefill(
         # above holds; the padded rows are masked (no loads, no stores).
         work_class, block_q = "split", block_m // group_p
         reqs_a, starts_a, need, first = _query_tiles(q_lens, seq_lens, block_q, causal)
-        pps = _split_pps(block_m)
+        pps = programs_per_sm if programs_per_sm is not None else _split_pps(block_m)
     cfg = {**PREFILL_LAUNCH_CONFIGS[work_class], **(launch or {})}
     if tokens_per_split is None and split:
         if programs_per_sm is None:

@@ -237,20 +237,20 @@ def test_small_chunk_suite_times_each_prepared_variant():
     variants = [
         {},
         {"combine_rows": 2, "combine_splits": 16, "pdl_combine": True},
-        {"pad_min_rows": 16, "_gluon": {"WS_SKIP_IDLE": 1}},  # plan knobs; Gluon's module knobs
+        {"pad_min_rows": 0, "_gluon": {"WS_SKIP_IDLE": 0}},  # plan knobs; Gluon's module knobs
         {"combine_rows": 3},  # not a power of two: logged and left out
     ]
     logged: list[str] = []
     rows = small_chunk_rows([(600, 3)], variants, logged.append, shape=shape)
     assert [r["knobs"] for r in rows] == variants[:3]
     assert [(r["work_class"], r["block_m"], r["max_splits"]) for r in rows] == [
-        ("split_small", 16, 3),
-        ("split_small", 16, 3),
         ("split", 128, 3),
+        ("split", 128, 3),
+        ("split_small", 16, 3),
     ]
     assert all(r["launches"] == 2 for r in rows)
     assert all(r["ms"] > 0 and len(r["ms_passes"]) == 2 and r["x_roofline"] > 0 for r in rows)
     assert "FAILED ValueError" in logged[0] and len(logged) == 2
     from kernels import gluon_prefill
 
-    assert gluon_prefill.WS_SKIP_IDLE == 0  # restored after the variant was prepared
+    assert gluon_prefill.WS_SKIP_IDLE == 1  # restored after the variant was prepared

@@ -178,7 +178,7 @@ def test_one_token_chunks_take_the_decode_kernel(sm_scale, monkeypatch):
     q, kv, cu = make_prefill_batch(ctx, new, 2, 8, HEAD_DIM, 16, torch.bfloat16, DEVICE, g, 2)
     lens = [c + n for c, n in zip(ctx, new, strict=True)]
     # Only from DECODE_ROUTE_MIN_KEYS keys x KV heads on (short contexts: the prefill kernel).
-    assert plan_prefill([1], [9], 2, 8).work_class == "split_small"
+    assert plan_prefill([1], [9], 2, 8).work_class == "split"  # a padded tile (pad_min_rows)
     assert plan_prefill([1], [pre.DECODE_ROUTE_MIN_KEYS // 2], 2, 8).work_class == "decode"
     monkeypatch.setattr(pre, "DECODE_ROUTE_MIN_KEYS", 1)
     plan = plan_prefill(new, lens, 2, 8, device=DEVICE)
@@ -267,7 +267,8 @@ def test_padded_split_tiles_take_the_gluon_tile():
         assert plan.rows_used == new * 8 and plan.max_new == new
         assert plan.tokens_per_split == sixteen.tokens_per_split
         assert plan.work.shape == sixteen.work.shape
-    assert plan_prefill([4], [32772], 8, 8, num_sms=132).block_q == 4  # off by default (0)
+    assert plan_prefill([4], [32772], 8, 8, num_sms=132).block_q == 16  # the default: 16 rows
+    assert plan_prefill([4], [32772], 8, 8, num_sms=132, pad_min_rows=0).block_q == 4  # off
     two = plan_prefill([2], [32770], 8, 8, **kw)
     assert (two.work_class, two.block_q) == ("split_small", 2)  # 16 rows < 32
     assert plan_prefill([4], [32772], 8, 8, launch={"gluon": 0}, **kw).block_q == 4
@@ -277,6 +278,11 @@ def test_padded_split_tiles_take_the_gluon_tile():
     assert plan_prefill([9], [8201], 8, 4, **kw).block_q == 32
     assert plan_prefill([4], [8196], 8, 4, **kw).block_q == 4
     assert plan_prefill([16], [32784], 8, 8, pad_min_rows=32, num_sms=132).rows_used == 128
+    # A given programs_per_sm holds for padded tiles too (2 per SM: 33 splits, as 16 tokens).
+    two_per_sm = dict(num_sms=132, programs_per_sm=2)
+    assert plan_prefill([4], [32772], 8, 8, **two_per_sm).max_splits == 33
+    assert plan_prefill([16], [32784], 8, 8, **two_per_sm).max_splits == 33
+    assert sixteen.max_splits == 16
 
 
 @pytest.mark.parametrize("skip_idle", [0, 1] if ON_GPU else [0])  # Gluon's WS_SKIP_IDLE
@@ -341,7 +347,7 @@ def test_plan_carries_its_class_launch_config():
     plans = {
         "tiles": plan_prefill([400], [4096], 8, 8, num_sms=132),  # 13 wide tiles: < 1 per SM
         "split": plan_prefill([16], [32768], 8, 8, num_sms=132),
-        "split_small": plan_prefill([2], [32768], 8, 8, num_sms=132),
+        "split_small": plan_prefill([2], [32768], 8, 8, num_sms=132, pad_min_rows=0),
         "decode": plan_prefill([1, 1], [32768, 9], 8, 8, num_sms=132),  # >= 32K keys x heads
     }
     if PREFILL_LAUNCH_CONFIGS["tiles_wide"]["block_m"] > 128:
@@ -411,8 +417,10 @@ def test_split_count_fills_one_wave(new):
 
 
 def test_block_q_follows_the_longest_chunk():
-    assert plan_prefill([1], [100], 1, 8).block_q == 2  # 16 rows: one token x 8 heads, padded
-    assert plan_prefill([3, 1], [100, 9], 1, 4).block_q == 4
+    off = dict(pad_min_rows=0)  # (split tiles are padded to 128 rows by default)
+    assert plan_prefill([1], [100], 1, 8, **off).block_q == 2  # 16 rows: 1 token x 8 heads
+    assert plan_prefill([3, 1], [100, 9], 1, 4, **off).block_q == 4
+    assert plan_prefill([3, 1], [100, 9], 1, 4).block_q == 32
     # 128 rows (the wide class off: a block_m in the launch config keeps the plan's)
     assert plan_prefill([5000], [5000], 1, 8, launch={"block_m": 128}).block_q == 16
     assert plan_prefill([5000], [5000], 1, 1, launch={"block_m": 128}).block_q == 128
