@@ -39,7 +39,7 @@ class Span:
     """A node's decode span on the clock: `times[j]` is the end of its step j (step 0 ended when
     it started); ends 1 .. last - 1 are quiet, the node's `step_ended` is called at end `last`."""
 
-    __slots__ = ("actor", "times", "last", "first_id", "stamps", "active", "entry")
+    __slots__ = ("actor", "times", "last", "first_id", "stamps", "active", "entry", "trimmed")
 
     def __init__(self, actor: StepEnd, times: list[float], first_id: int):
         self.actor = actor
@@ -49,6 +49,9 @@ class Span:
         self.stamps: dict[int, float] = {}  # settled stamps of its ends (ties only)
         self.active = True
         self.entry: tuple = ()  # its last end's entry in the clock's queue
+        # Its ends 1 .. trimmed were before the last log trim, whose stamps a comparison can
+        # still read were settled then
+        self.trimmed = 0
 
 
 class _Stamp:
@@ -94,6 +97,7 @@ class Clock(simpy.Environment):
         # While a span runs, per event processed in order: the highest key processed at its
         # instant so far (time, priority, id) and the next id then
         self._log: list[tuple[float, int, EventId, int]] = []
+        self._log_from = initial_time  # the log holds every event from then on
 
     def run(self, until: Any = None) -> Any:
         try:
@@ -197,26 +201,48 @@ class Clock(simpy.Environment):
         super().step()
 
     def _trim_log(self) -> None:
-        """Drop what no span can ask about any more: events before the first end of every span
-        whose stamps may still be compared. Those are the running spans, the span of the key
-        being processed (an ended span's last end, which the next event at its instant is
-        compared with), and in turn the spans of the stamps in the entries kept: comparing with
-        one of those reads the log back to its span's earlier ends."""
-        log = self._log
-        oldest = min((span.times[1] for span in self._spans), default=float("inf"))
-        current = self._current[2]
-        if isinstance(current, _Stamp):
-            oldest = min(oldest, current.span.times[1])
-        drop = bisect_left(log, (oldest,))
-        while True:
-            kept = [e[2].span.times[1] for e in log[drop:] if isinstance(e[2], _Stamp)]
-            earlier = min(kept, default=oldest)
-            if earlier >= oldest:
-                break
-            oldest = earlier
-            drop = bisect_left(log, (oldest,))
-        if drop:
-            del log[:drop]
+        """Drop the log before now, first settling every stamp a later comparison can still
+        read from it. Comparisons start at ends of now or later; a span's end j reads the log
+        from its end j - 1, so of the ends before now only each span's first end from now on
+        needs its stamp settled, and, where two spans' last ends before now tie (a chain of
+        ties is walked back end by end, `_id_lt`), the ends of that chain. The spans that can
+        be compared are the running ones and the ended ones whose last end is at now (the key
+        being processed, entries kept)."""
+        log, now = self._log, self._now
+        drop = bisect_left(log, (now,))
+        crossings: dict[float, list[tuple[Span, int]]] = {}
+        for span in self._spans_comparable(log[drop:]):
+            before = bisect_left(span.times, now, 1, span.last + 1) - 1  # its ends 1 .. before
+            if before >= 1:
+                self._value(_Stamp(self, span, before + 1))
+                crossings.setdefault(span.times[before], []).append((span, before))
+        for tied in crossings.values():
+            for i, (a, m) in enumerate(tied):
+                for b, n in tied[i + 1 :]:
+                    self._settle_chain(a, m, b, n)
+        for tied in crossings.values():
+            for span, before in tied:
+                span.trimmed = before
+        del log[:drop]
+        self._log_from = now
+
+    def _spans_comparable(self, kept: list[tuple[float, int, EventId, int]]) -> list[Span]:
+        """The running spans, the span of the key being processed and those of kept entries."""
+        ids = [self._current[2], *(entry[2] for entry in kept)]
+        ended = [x.span for x in ids if isinstance(x, _Stamp)]
+        return list(dict.fromkeys([*self._spans, *ended]))
+
+    def _settle_chain(self, a: Span, m: int, b: Span, n: int) -> None:
+        """Settle the stamps comparing a later end of span a with one of span b can read: ends
+        m and n tie, and so on back while their ends before them tie, down to what a previous
+        trim settled."""
+        while m > a.trimmed and n > b.trimmed:
+            for span, j in ((a, m), (b, n)):
+                if j >= 2:
+                    self._value(_Stamp(self, span, j))
+            if m < 2 or n < 2 or a.times[m - 1] != b.times[n - 1]:
+                return
+            m, n = m - 1, n - 1
 
     # -- exact ties --------------------------------------------------------------------------------
     def _key(self, span: Span, j: int) -> Key:
@@ -256,6 +282,8 @@ class Clock(simpy.Environment):
         if settled is not None:
             return settled
         key = self._key(span, j - 1)
+        if key[0] < self._log_from:
+            raise AssertionError(f"end {j}'s stamp was needed after the log was trimmed")
         log = self._log
         at = bisect_left(log, (key[0],))
         while at < len(log) and log[at][0] == key[0] and self._key_lt(log[at][:3], key):

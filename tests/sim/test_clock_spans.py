@@ -5,6 +5,8 @@ times tie exactly (grid times below: ends, probes and timeouts often fall on one
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from simpy.core import NORMAL, URGENT
@@ -189,3 +191,94 @@ def test_an_ended_span_tied_with_a_quiet_end_across_a_run_boundary():
     assert reference == [(3.0, 1)]
     assert scenario(OneEntry, [5.0]) == reference
     assert scenario(OneEntry, [2.5, 5.0]) == reference
+
+
+def test_a_quiet_end_at_a_run_boundary_reads_the_gap_before_it():
+    """A span's end 4 (at 2.0) would have drawn its id at the first event after end 3 (1.25): a
+    probe at 1.5, which parks a reader at 2.0, so end 4 comes before that reader. The run stops
+    at 2.0, before both: the log trimmed there no longer holds the probe, so end 4's stamp must
+    be settled before it goes (read from a later event's id, the reader saw end 4 not passed)."""
+
+    def scenario(make, untils):
+        env, out, log = Clock(), [], []
+        span = make(env, 0, log)
+
+        class Reader:
+            def step_ended(self):
+                out.append((env.now, span.passed()))
+
+        class Probe:
+            def step_ended(self):
+                env.park(2.0, Reader(), NORMAL)
+
+        span.start([0.0, 0.25, 0.5, 1.25, 2.0, 2.25], [])
+        env.park(1.5, Probe(), NORMAL)
+        for until in untils:
+            env.run(until=until)
+        return out
+
+    reference = scenario(StepByStep, [3.0])
+    assert reference == [(2.0, 4)]
+    assert scenario(OneEntry, [3.0]) == reference
+    assert scenario(OneEntry, [2.0, 3.0]) == reference
+    assert scenario(OneEntry, [1.75, 2.0, 2.125, 3.0]) == reference
+
+
+def test_two_spans_on_one_grid_keep_their_order_across_run_boundaries():
+    """Two spans started at one instant on the same grid tie at every end: each comparison of
+    their last ends walks both back to their first ends (`Clock._id_lt`), so every stamp on
+    the way must be settled before the log goes (the clock raises if one is read from a log
+    trimmed past it); the first started ends first."""
+    plans = [
+        {
+            "delay": 0,
+            "via": "park",
+            "actor": 1,
+            "action": "start",
+            "steps": [1, 1, 1, 1, 1, 2, 3, 3, 3],
+            "more": [],
+            "child": {
+                "delay": 0,
+                "via": "park",
+                "actor": 0,
+                "action": "start",
+                "steps": [1, 1, 1, 1, 1, 2, 3, 3, 3],
+                "more": [],
+            },
+        }
+    ]
+    for chunks in (1, 2, 3, 5, 7, 12):
+        reference = run(StepByStep, plans, chunks)
+        assert [e for e in reference if e[1] == "last"] == [(4.0, "last", 1), (4.0, "last", 0)]
+        assert run(OneEntry, plans, chunks) == reference
+
+
+def test_the_log_stays_bounded_over_a_long_span_run_in_segments():
+    """A span of 4,000 steps runs through 400 `run(until=)` segments while a timer ticks twice
+    a step: the log keeps only the events since the last segment ended (it once kept every
+    event since the span's first end, and was rescanned at every segment), and a reader every
+    5 steps sees the span's ends passed as the step-by-step driver does."""
+
+    def scenario(make, segments):
+        env, out, log = Clock(), [], []
+        span = make(env, 0, log)
+        span.start([GRID * k for k in range(4_001)], [])
+
+        def tick():
+            for count in itertools.count(1):
+                yield env.timeout(GRID / 2)
+                if count % 10 == 0:
+                    out.append((env.now, span.passed()))
+
+        env.process(tick())
+        longest = 0
+        for k in range(1, segments + 1):
+            env.run(until=1_000.0 * k / segments)
+            longest = max(longest, len(env._log))
+        return out, longest
+
+    reference, _ = scenario(StepByStep, 1)
+    got, longest = scenario(OneEntry, 400)
+    assert got == reference and len(reference) == 799
+    # 2.5 simulated s a segment: 20 ticks and the run's stop event, and that segment's tail
+    assert longest <= 2 * (20 + 2)
