@@ -85,8 +85,8 @@ DEFAULT_PREFILL_CONFIG: dict[str, Any] = {
 # Work classes: "tiles" = the query tiles fill the GPU (chunks of hundreds of tokens and more:
 # compute-bound); "tiles_wide" = the same with WIDE_BLOCK_M-row tiles (causal chunks whose wide
 # tiles still give at least one program per SM); "split" = few tiles over long context, keys
-# split across programs + combine; "split_small" = the same with tiles of < 64 rows (1-7 new
-# tokens at GQA 8: decode-like).
+# split across programs + combine; "split_small" = the same with tiles of < 64 rows (1-4 new
+# tokens at GQA 8: decode-like; since session 12 only where pad_min_rows does not pad them).
 # warp_specialize: tl.range(..., warp_specialize=True) on the unmasked loop (Triton's Hopper
 # warp specialisation; under Triton 3.6 it leaves the TTGIR of these pointer-gathered loads
 # unchanged: its Hopper warp specialisation wants TMA loads); lazy_rescale: rescale acc/l only

@@ -256,8 +256,8 @@ def test_plan_splits_cut_only_keys_every_row_sees():
 
 
 def test_padded_split_tiles_take_the_gluon_tile():
-    # pad_min_rows (session 12): a split tile of 32-127 rows (4-15 tokens x GROUP 8) becomes one
-    # 128-row tile (Gluon loop 2's only shape), class "split", split as the 16-token tile is;
+    # pad_min_rows (session 12): here 32, a split tile of 32 or 64 rows (3-8 tokens x GROUP 8)
+    # becomes one 128-row tile (Gluon loop 2's only shape), class "split", split as 16 tokens;
     # under pad_min_rows, without a Gluon loop, unsplit, or at other block_m it stays as it was.
     kw = dict(num_sms=132, pad_min_rows=32)
     sixteen = plan_prefill([16], [32784], 8, 8, num_sms=132)
@@ -274,7 +274,7 @@ def test_padded_split_tiles_take_the_gluon_tile():
     assert plan_prefill([4], [32772], 8, 8, launch={"gluon": 0}, **kw).block_q == 4
     assert plan_prefill([4] * 200, [4096] * 200, 8, 8, **kw).block_q == 4  # tiles fill the GPU
     assert plan_prefill([4], [32772], 8, 8, block_m=64, **kw).block_q == 4
-    # GROUP 4: 8-31 tokens (32-124 rows) are padded to 32 tokens; a chunk of 4 (16 rows) is not.
+    # GROUP 4: 5-16 tokens (32 or 64 rows) are padded to 32 tokens; a chunk of 4 (16 rows) is not.
     assert plan_prefill([9], [8201], 8, 4, **kw).block_q == 32
     assert plan_prefill([4], [8196], 8, 4, **kw).block_q == 4
     assert plan_prefill([16], [32784], 8, 8, pad_min_rows=32, num_sms=132).rows_used == 128
