@@ -57,7 +57,7 @@ ROUNDS = {
     ),
     # one layer only (no whole steps): the 2026-12-01 05:08 UTC timing, 6b29cdb's decode kernel
     10: (
-        RUNS,
+        RUNS / "round10",
         RUNS / "logs" / "2026-12-01_served_batches_r10",
         RUNS / "logs" / "2026-12-01_served_batches_r10" / "layouts_round10_ids.json",
         "r10",

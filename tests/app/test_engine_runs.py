@@ -123,12 +123,14 @@ def assert_committed(result: dict, committed: Path) -> None:
 
 
 def assert_same(result: dict, committed: dict) -> None:
-    """Every committed number as computed now (floats to rounding), and no field on one side
-    only."""
+    """Every committed number as computed now (floats to 1e-6), and no field on one side only.
+    Not to the last bit: the shared-reads term's float powers go through libm, whose rounding
+    differs between CPUs in the last bits, and a closed-loop simulation carries such a bit into
+    its percentiles (a fresh machine recomputed three committed errors 2e-9 to 4e-8 apart)."""
     assert set(result) == set(committed), set(result) ^ set(committed)
     for key, value in committed.items():
         if isinstance(value, float):
-            assert result[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+            assert result[key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
         elif isinstance(value, dict):  # the repeat's errors
             assert_same(result[key], value)
         elif key != "run":
