@@ -35,7 +35,7 @@ from sim.kv.views import PageStats
 # used up: 484 of the default engine arm's ~8,700 rounds with 2,048 pages, 19 with 16,384.
 RESERVE_PAGES = 16384
 # Pages released since the last round past which the next round is a full one (their list
-# would otherwise grow while no round comes)
+# would otherwise grow while no round comes): 8 reserves, at most this many
 MAX_JOINED_PAGES = 16384
 # A bound is trusted only with this relative slack: priorities are computed in floating point.
 BOUND_SLACK = 1e-9
@@ -81,7 +81,7 @@ class CarriedRound:
             return
         self._joined.append(pages)
         self._num_joined += int(pages.size)
-        if self._num_joined > MAX_JOINED_PAGES:  # no round for a while: start again then
+        if self._num_joined > min(8 * self.reserve, MAX_JOINED_PAGES):  # no round for a while
             self.pages = None
 
     def _since(self, zone: np.ndarray, *first: np.ndarray) -> np.ndarray:
