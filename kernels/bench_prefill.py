@@ -47,6 +47,11 @@ DATASHEET_TBPS = 4.8  # H200 HBM3e
 DATASHEET_TFLOPS = 990.0  # H200 SXM dense bf16
 
 
+class WrongPrefillOutput(RuntimeError):
+    """A timed launch whose output is not the reference's: it stops the bench, whatever else
+    a suite tolerates (a variant that fails to compile is only logged)."""
+
+
 def matmul_tflops() -> float:
     """bf16 8192^3 matmul rate (random data), the FLOP ceiling used for the floor column."""
     import torch
@@ -120,7 +125,9 @@ def time_prefill(
     paged_prefill_attention(*args, out=out, plan=plan, check_bounds=True)
     err = check_prefill(q, kv, cu, out) if check else float("nan")
     if check and (not (err < 1e-2) or not bool(torch.isfinite(out).all())):
-        raise RuntimeError(f"prefill output wrong: rel err {err} at c={ctx} n={new} cfg {cfg}")
+        raise WrongPrefillOutput(
+            f"prefill output wrong: rel err {err} at c={ctx} n={new} cfg {cfg}"
+        )
     ms = bench_ms(lambda: paged_prefill_attention(*args, out=out, plan=plan, check_bounds=False))
     return ms, err, plan.work_class
 
@@ -252,7 +259,7 @@ def small_variant(args, plan_args: tuple, knobs: dict, out):
     launch_.launch(kv.k_cache, kv.v_cache)
     err = check_prefill(q, kv, cu, out)
     if not (err < 1e-2) or not bool(torch.isfinite(out).all()):
-        raise RuntimeError(f"prefill output wrong: rel err {err} {knobs}")
+        raise WrongPrefillOutput(f"prefill output wrong: rel err {err} {knobs}")
     return plan, launch_
 
 
@@ -260,7 +267,8 @@ def small_chunk_rows(cases: list, variants: list[dict], log, shape=ARTICLE_SHAPE
     """Few new tokens over a long context (the prefix-hit target), one prepared launch per
     variant (plan knobs SMALL_PLAN_KEYS and launch keys to plan_prefill, the combine's knobs to
     prepare_prefill, "_gluon" module knobs), timed as each layer of the engine's step issues it;
-    two passes, the second in reverse order. A variant that fails is logged and left out."""
+    two passes, the second in reverse order. A variant that fails to compile or run is logged
+    and left out; one whose output is wrong stops the suite (WrongPrefillOutput)."""
     import torch
 
     from kernels.reference import prefill_flops
@@ -277,6 +285,8 @@ def small_chunk_rows(cases: list, variants: list[dict], log, shape=ARTICLE_SHAPE
         for i, knobs in enumerate(variants):
             try:
                 ready[i] = small_variant((q, kv, cu), plan_args, knobs, torch.full_like(q, np.nan))
+            except WrongPrefillOutput:
+                raise
             except Exception as exc:  # a variant that does not compile or run: the others go on
                 log(f"  small c={ctx} n={new} {knobs}: FAILED {type(exc).__name__}: {exc}")
 

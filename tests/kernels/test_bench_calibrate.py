@@ -254,3 +254,18 @@ def test_small_chunk_suite_times_each_prepared_variant():
     from kernels import gluon_prefill
 
     assert gluon_prefill.WS_SKIP_IDLE == 1  # restored after the variant was prepared
+
+
+def test_small_chunk_suite_stops_on_a_wrong_output(monkeypatch):
+    """A variant that runs but whose output is off is not logged and skipped like one that
+    fails to compile: the suite stops."""
+    import pytest
+
+    from kernels import bench_prefill
+
+    monkeypatch.setattr(bench_prefill, "check_prefill", lambda *a: 0.5)
+    shape = dict(num_q_heads=8, num_kv_heads=2, head_dim=32)
+    logged: list[str] = []
+    with pytest.raises(bench_prefill.WrongPrefillOutput, match="rel err 0.5"):
+        bench_prefill.small_chunk_rows([(600, 3)], [{}], logged.append, shape=shape)
+    assert logged == []
