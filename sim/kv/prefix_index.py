@@ -142,25 +142,22 @@ class TwoLevelIndex(IndexBase):
         return True
 
     def _claim_leading(self, pages: list[int], keys: list[int]) -> int:
+        """Claim the slots of the chain's leading keys that nobody holds (the chain included):
+        how many. One C-level pass of setdefault claims every free key and never overwrites a
+        holder; the usual chain (every key free, none repeated) is then done. Else the leading
+        run ends at the first key whose slot holds another page, and the keys claimed after it
+        are given back (a slot holding its own page was free: indexed pages hold their slots)."""
         slots = self.key_to_page
         size = len(slots)
-        # Usually every key is free: one C-level pass claims them all. A chain with a taken key
-        # (concurrent requests computing the same uncached prompt) goes one by one: undoing an
-        # update that overwrote a holder would have to find it again (a pass over the pool).
-        if len(keys) > 1 and slots.keys().isdisjoint(keys):
-            slots.update(zip(keys, pages, strict=True))
-            if len(slots) == size + len(keys):
-                return len(keys)
-            for key in keys:  # a key repeats within the chain: undo, claim one by one
-                slots.pop(key, None)
-        count = 0
-        put = slots.setdefault
-        for key, page in zip(keys, pages, strict=True):
-            put(key, page)  # one dict operation: a taken key leaves the size as it was
-            if len(slots) == size:
-                break
-            size += 1
-            count += 1
+        holders = list(map(slots.setdefault, keys, pages))
+        if len(slots) == size + len(keys):
+            return len(keys)
+        count = next(
+            i for i, (held, page) in enumerate(zip(holders, pages, strict=True)) if held != page
+        )
+        for key, held, page in zip(keys[count:], holders[count:], pages[count:], strict=True):
+            if held == page:
+                del slots[key]
         return count
 
     def _insert_trusting(
