@@ -91,6 +91,7 @@ def _unfinished_warning(arm: str, m: dict) -> str:
 
 
 def cmd_run(args) -> int:
+    from kvsched.arm_pool import MAX_WORKERS
     from kvsched.experiment import run_experiment
 
     raw = load_config_file(args.config) if args.config else {}
@@ -103,8 +104,15 @@ def cmd_run(args) -> int:
     if args.exact_steps:
         raw["exact_steps"] = True
     arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers: must be from 1 to {MAX_WORKERS} (the bound)")
     summary = run_experiment(
-        raw, args.out, arms, show_progress=not args.quiet, write_report=not args.no_report
+        raw,
+        args.out,
+        arms,
+        show_progress=not args.quiet,
+        write_report=not args.no_report,
+        workers=args.workers,
     )
     print(summary_table(summary))
     print(f"run directory: {args.out}")
@@ -129,6 +137,12 @@ def register(sub) -> None:
         "--record-steps", action="store_true", help="write <arm>/steps.csv (kvsched timeline)"
     )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="arms simulated at once, each in its own process (default: one per CPU, at most one "
+        "per arm; 1: all in this process); the files are the same",
+    )
     run.add_argument(
         "--exact-steps",
         action="store_true",

@@ -137,7 +137,7 @@ def _check_names(cfg: ExperimentConfig, source: str) -> None:
 
 
 def run_arm(
-    cfg: ExperimentConfig, arm: str, show_progress: bool = True
+    cfg: ExperimentConfig, arm: str, show_progress: bool = True, on_progress=None
 ) -> tuple[Cluster, dict, pd.DataFrame, pd.DataFrame]:
     workload = make_workload(
         cfg.workload.name, cfg.workload.params, np.random.default_rng([cfg.seed, 0])
@@ -153,6 +153,8 @@ def run_arm(
 
     def progress(t: float) -> None:
         bar.update(t - bar.n)
+        if on_progress is not None:
+            on_progress(t)
 
     cluster.run(progress)
     bar.close()
@@ -169,8 +171,16 @@ def run_experiment(
     arms: list[str] | None = None,
     show_progress: bool = True,
     write_report: bool = True,
+    workers: int | None = 1,
 ) -> dict:
+    """Simulate the arms and write the run directory. `workers` > 1 runs that many arms at once,
+    each in its own process (kvsched/arm_pool.py; None: one per CPU); the files are the same
+    either way."""
     configs = resolve_arms(raw, arms)
+    if workers is None:
+        from kvsched.arm_pool import default_workers
+
+        workers = default_workers(len(configs))
     out = Path(os.path.abspath(out_dir))
     check_writable(out, "run")
     created = make_dir(out.parent, "parent")
@@ -181,7 +191,7 @@ def run_experiment(
             clear_partial(tmp)
             created += make_dir(tmp, "run")
             try:
-                summary = _write_run(raw, configs, tmp, show_progress, write_report)
+                summary = _write_run(raw, configs, tmp, show_progress, write_report, workers)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -192,30 +202,48 @@ def run_experiment(
     return summary
 
 
+def write_arm(
+    cfg: ExperimentConfig, arm: str, run_dir: Path, show_progress: bool = True, progress=None
+) -> tuple[dict, str]:
+    """Simulate one arm and write its folder in `run_dir`; its metrics and latency model's name.
+    `progress(t)`, if given, hears the simulated time as the run goes (a worker's parent)."""
+    cluster, metrics, requests, series = run_arm(cfg, arm, show_progress, progress)
+    arm_dir = run_dir / arm_dir_name(arm)
+    arm_dir.mkdir()
+    _write_json(arm_dir / "config.json", cfg.model_dump(mode="json"))
+    requests.to_csv(arm_dir / "requests.csv", index=False, float_format="%.6f")
+    series.to_csv(arm_dir / "timeseries.csv", index=False, float_format="%.6f")
+    eviction_frame(cluster, arm).to_csv(arm_dir / "evictions.csv", index=False)
+    if cluster.step_rows is not None:  # record_steps: the timeline's and validate's input
+        steps_frame(cluster.step_rows).to_csv(
+            arm_dir / "steps.csv", index=False, float_format="%.9f"
+        )
+        events_frame(cluster.event_rows).to_csv(
+            arm_dir / "events.csv", index=False, float_format="%.9f"
+        )
+    return metrics, cluster.latency.name
+
+
 def _write_run(
-    raw: dict, configs: dict[str, ExperimentConfig], tmp: Path, show_progress: bool, report: bool
+    raw: dict,
+    configs: dict[str, ExperimentConfig],
+    tmp: Path,
+    show_progress: bool,
+    report: bool,
+    workers: int,
 ) -> dict:
     started = time.perf_counter()
     raw_out = {**raw, "arms": {a: (raw.get("arms") or {}).get(a, {}) for a in configs}}
     _write_json(tmp / "config.json", raw_out)
-    summary: dict = {"arms": {}}
-    for arm, cfg in configs.items():
-        cluster, metrics, requests, series = run_arm(cfg, arm, show_progress)
-        arm_dir = tmp / arm_dir_name(arm)
-        arm_dir.mkdir()
-        _write_json(arm_dir / "config.json", cfg.model_dump(mode="json"))
-        requests.to_csv(arm_dir / "requests.csv", index=False, float_format="%.6f")
-        series.to_csv(arm_dir / "timeseries.csv", index=False, float_format="%.6f")
-        eviction_frame(cluster, arm).to_csv(arm_dir / "evictions.csv", index=False)
-        if cluster.step_rows is not None:  # record_steps: the timeline's and validate's input
-            steps_frame(cluster.step_rows).to_csv(
-                arm_dir / "steps.csv", index=False, float_format="%.9f"
-            )
-            events_frame(cluster.event_rows).to_csv(
-                arm_dir / "events.csv", index=False, float_format="%.9f"
-            )
-        summary["arms"][arm] = metrics
-        summary.setdefault("latency_models", {})[arm] = cluster.latency.name
+    summary: dict = {"arms": {}, "latency_models": {}}
+    if workers > 1 and len(configs) > 1:
+        from kvsched.arm_pool import run_arms_in_processes
+
+        outcomes = run_arms_in_processes(configs, tmp, workers, show_progress)
+    else:
+        outcomes = {arm: write_arm(cfg, arm, tmp, show_progress) for arm, cfg in configs.items()}
+    for arm in configs:  # the config's order, however the arms finished
+        summary["arms"][arm], summary["latency_models"][arm] = outcomes[arm]
     models = sorted(set(summary["latency_models"].values()))
     summary["latency_model"] = models[0] if len(models) == 1 else "mixed: " + ", ".join(models)
     summary.update(

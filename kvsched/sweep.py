@@ -19,13 +19,13 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from kvsched.arm_pool import MAX_WORKERS
 from kvsched.outdir import check_writable, make_dir, output_lock, remove_created
 from kvsched.sweep_backends import make_backend
 from kvsched.sweep_spec import Point, Sweep, load_sweep
 from kvsched.sweep_store import FAILED, TABLE_CSV, SweepStore
 from sim.config import ConfigError
 
-MAX_WORKERS = 1024  # local processes or Ray CPUs one sweep may ask for
 TABLE_EVERY_S = 1.0  # rebuild sweep.csv at most this often while points finish (and at the end)
 
 

@@ -116,3 +116,52 @@ def test_sighup_stops_a_sweep_resumably(tmp_path):
     assert proc.returncode == 128 + signal.SIGHUP, err
     assert b"Traceback" not in err and b"interrupted by SIGHUP" in out
     assert not leftovers(tmp_path) and (tmp_path / "sw" / ".kvsched-run").is_file()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (its children, theirs, ...), read from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while we read
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_signal_ends_a_run_of_arm_workers_and_every_worker(tmp_path, sig):
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
+    arms = ["--arms", "engine,paged+prefix,openclaw", "--workers", "2"]
+    proc = _start(
+        ["run", "--quiet", "--no-report", *arms, "--config", "long.yaml", "--out", "out"], tmp_path
+    )
+    _wait_for(tmp_path / "out.partial" / "config.json", proc)
+    deadline = time.monotonic() + 60
+    while len(workers := _descendants(proc.pid)) < 3:  # the fork server and two arms
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert b"Traceback" not in err and err.decode().strip() == f"interrupted by {sig.name}"
+    assert not leftovers(tmp_path) and not (tmp_path / "out").exists()
+    deadline = time.monotonic() + 10
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_alive, workers))
