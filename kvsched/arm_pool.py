@@ -3,9 +3,12 @@
 An arm's results depend only on its config (its generators are seeded from `config.seed`), so
 the files are byte-identical to a run in one process; the parent keeps the config's order in
 summary.json and draws every arm's progress bar from the simulated time its worker reports.
-Stopping: a signal or a failing arm ends the workers still running (SIGTERM) before the caller
-removes the `.partial` directory. Workers ignore SIGINT and SIGHUP, which reach the whole
-process group: the parent decides.
+
+Stopping: the parent alone decides. Its children (the fork server and the workers) are started
+deaf to SIGINT, SIGTERM and SIGHUP, which a terminal or a service manager sends to the whole
+process group; a signal or a failing arm makes the parent SIGKILL the workers still running and
+wait for them before the caller removes the `.partial` directory (a worker writes only inside
+it). A worker whose parent is gone (killed) stops at its next progress report.
 """
 
 from __future__ import annotations
@@ -13,22 +16,29 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
+import time
 import traceback
 from collections import deque
-from multiprocessing import connection, get_context
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing import connection, forkserver, get_context, resource_tracker
 from pathlib import Path
 
 from tqdm import tqdm
 
-from sim.config import ExperimentConfig
+from sim.config import ConfigError, ExperimentConfig
 
 MAX_WORKERS = 1024  # local processes (or a sweep's Ray CPUs) one command may ask for
 POLL_S = 0.2
+STOP_WAIT_S = 10.0  # how long the parent waits for its killed workers, all together
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} sim-s [{elapsed}<{remaining}]"
 
 
 def available_cpus() -> int:
-    """The CPUs this process may run on (a container's or taskset's share, not the host's)."""
+    """The CPUs this process may run on (its affinity, as taskset or cpusets set it; a CPU quota
+    such as `docker --cpus` is not seen)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -46,22 +56,26 @@ class RemoteTraceback(Exception):
         return self.args[0]
 
 
-def _exit_on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)  # unwind, so multiprocessing's exit clean-up still runs
-
-
 def _worker(conn, cfg: ExperimentConfig, arm: str, run_dir: Path) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    for sig in STOP_SIGNALS:  # started with them blocked; ignored for good: the parent kills it
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    # No bar is drawn here: tqdm's lock a thread lock, not the multiprocessing semaphore it
+    # makes by default, which a killed worker would leave registered with the resource tracker.
+    tqdm.set_lock(threading.RLock())
     from kvsched.experiment import write_arm
 
     try:
         outcome = write_arm(cfg, arm, run_dir, False, lambda t: conn.send(("progress", t)))
+        message: tuple = ("done", outcome)
+    except BrokenPipeError:  # the parent is gone (killed): nobody to tell, nothing to keep
+        return
     except Exception as err:  # sent to the parent, which raises it there
-        conn.send(("failed", _picklable(err), traceback.format_exc()))
-    else:
-        conn.send(("done", outcome))
+        message = ("failed", _picklable(err), traceback.format_exc())
+    try:
+        conn.send(message)
+    except BrokenPipeError:
+        return
     conn.close()
 
 
@@ -70,7 +84,11 @@ def _picklable(err: Exception) -> Exception:
 
     try:
         pickle.loads(pickle.dumps(err))
-    except Exception:  # an exception carrying an unpicklable field: its type and text
+    except Exception:  # an exception carrying an unpicklable field: its kind and text
+        if isinstance(err, ConfigError):  # still a bad input: one line, exit 2
+            return ConfigError(str(err))
+        if isinstance(err, OSError):
+            return OSError(err.errno, err.strerror or str(err), err.filename)
         return RuntimeError(f"{type(err).__name__}: {err}")
     return err
 
@@ -78,12 +96,55 @@ def _picklable(err: Exception) -> Exception:
 def _context():
     """Workers forked from a server that imported the simulator once (each arm then starts in
     milliseconds, not the second a fresh interpreter's imports take), never from this process:
-    no inherited locks, threads or state. Spawned where fork servers are not available."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return get_context("spawn")
-    ctx = get_context("forkserver")
-    ctx.set_forkserver_preload(["kvsched.experiment"])
+    no inherited locks, threads or state. Spawned where fork servers are not available. The
+    helper processes multiprocessing keeps (its resource tracker, the fork server) are started
+    here, with the stop signals blocked: they never see them."""
+    with _stop_signals_deferred():
+        resource_tracker.ensure_running()
+        # ensure_running unblocks SIGINT and SIGTERM on its way out (it blocks them only while
+        # it starts the tracker, which then ignores them): blocked again for the fork server.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            return get_context("spawn")
+        ctx = get_context("forkserver")
+        ctx.set_forkserver_preload(["kvsched.experiment"])
+        forkserver.ensure_running()
     return ctx
+
+
+@contextmanager
+def _stop_signals_deferred() -> Iterator[None]:
+    """Hold this process's stop signals until the block is done, then act on the first as it
+    would have been acted on; children started inside inherit them blocked (a fork server, and
+    the workers it forks, never see them: `_worker` then ignores them for good).
+
+    Blocking alone would not defer them here: a process-directed signal goes to any thread not
+    blocking it (numpy's BLAS threads, say), and Python runs its handler in the main thread all
+    the same, so the handlers are swapped for one that only records the signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set in the main thread
+        return
+    caught: list[signal.Signals] = []
+    handlers = {
+        sig: signal.signal(sig, lambda signum, _: caught.append(signal.Signals(signum)))
+        for sig in STOP_SIGNALS
+    }
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending is caught now
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if caught:
+            _act_on(caught[0], handlers[caught[0]])
+
+
+def _act_on(signum: int, handler) -> None:
+    if callable(handler):
+        handler(signum, None)  # KeyboardInterrupt, or the CLI's Terminated
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)
 
 
 class _Arm:
@@ -118,7 +179,8 @@ def run_arms_in_processes(
         while queue or running:
             while queue and len(running) < workers:
                 arm = queue.popleft()
-                running.append(_Arm(ctx, configs[arm], arm, run_dir))
+                with _stop_signals_deferred():  # a signal now: once the worker is in `running`
+                    running.append(_Arm(ctx, configs[arm], arm, run_dir))
             for conn in connection.wait([a.conn for a in running], timeout=POLL_S):
                 worker = next(a for a in running if a.conn is conn)
                 if _receive(worker, bars[worker.name], outcomes):
@@ -138,12 +200,12 @@ def _receive(worker: _Arm, bar: tqdm, outcomes: dict) -> bool:
         worker.process.join(timeout=5)
         raise ChildProcessError(f"arm {worker.name!r}: {_death(worker.process.exitcode)}") from None
     if message[0] == "progress":
-        bar.update(message[1] - bar.n)
+        bar.update(message[1] - (bar.n or 0))
         return False
     if message[0] == "failed":
         _, err, remote = message
         raise err from RemoteTraceback(remote)
-    bar.update(bar.total - bar.n)
+    bar.update((bar.total or 0) - (bar.n or 0))
     outcomes[worker.name] = message[1]
     worker.process.join()
     worker.conn.close()
@@ -153,19 +215,25 @@ def _receive(worker: _Arm, bar: tqdm, outcomes: dict) -> bool:
 def _death(exitcode: int | None) -> str:
     """How a worker that sent nothing ended, in words (a one-line error: ChildProcessError is an
     OSError, which the CLI's boundary prints as one line and exit 2)."""
-    if exitcode is not None and exitcode < 0:
-        name = signal.Signals(-exitcode).name
+    if exitcode is None:
+        return "its worker process closed its pipe without a result and did not exit"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:  # a real-time signal
+            name = f"signal {-exitcode}"
         why = ", the kernel's out-of-memory killer most likely" if name == "SIGKILL" else ""
         return f"its worker process was killed by {name}{why}; rerun with --workers 1"
     return f"its worker process exited with status {exitcode} before finishing the arm"
 
 
 def _stop(running: list[_Arm]) -> None:
-    for worker in running:
-        worker.process.terminate()
-    for worker in running:
-        worker.process.join(timeout=10)
-        if worker.process.is_alive():
+    """SIGKILL the workers still running and wait for each (a worker writes only inside the
+    run's `.partial`, which the caller removes next); a second signal meanwhile waits for it."""
+    with _stop_signals_deferred():
+        for worker in running:
             worker.process.kill()
-            worker.process.join()
-        worker.conn.close()
+        deadline = time.monotonic() + STOP_WAIT_S
+        for worker in running:
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            worker.conn.close()

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from kvsched import arm_pool
 from kvsched.cli import main
-from kvsched.experiment import run_experiment
+from kvsched.experiment import resolve_arms, run_experiment
 from tests.reports.conftest import tiny_config
 
 ARMS = ["openclaw", "paged", "paged+prefix", "engine", "engine+cascade"]
@@ -105,3 +105,15 @@ def test_default_workers_is_one_per_cpu_and_at_most_one_per_arm(monkeypatch):
     assert [arm_pool.default_workers(n) for n in (1, 2, 5)] == [1, 2, 2]
     monkeypatch.setattr(arm_pool, "available_cpus", lambda: 16)
     assert arm_pool.default_workers(5) == 5
+
+
+def test_stop_kills_and_waits_for_every_running_worker(tmp_path):
+    raw = tiny_config(duration_s=100_000, arms={"engine": {}})
+    raw["workload"] = {"name": "seed", "params": {"num_clients": 8}}  # closed loop: never idle
+    cfg = resolve_arms(raw, ["engine"])["engine"]
+    ctx = arm_pool._context()
+    running = [arm_pool._Arm(ctx, cfg, "engine", tmp_path) for _ in range(2)]
+    assert running[0].conn.recv()[0] == "progress"  # simulating
+    arm_pool._stop(running)
+    assert [w.process.exitcode for w in running] == [-signal.SIGKILL] * 2
+    assert list(tmp_path.iterdir()) == []  # nothing written

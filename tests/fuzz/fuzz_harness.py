@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import io
 import os
+import tempfile
 from pathlib import Path
 
 from kvsched.cli import main
@@ -78,18 +79,41 @@ def leftovers(root: Path) -> list[str]:
 
 
 def run_cli(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr); stderr also holds what child processes (a run's arm
+    workers) wrote to file descriptor 2, which sys.stderr's redirection does not see."""
     err, out = io.StringIO(), io.StringIO()
     old = os.getcwd()
     os.chdir(cwd)
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        with (
+            _fd2_captured() as fd2,
+            contextlib.redirect_stderr(err),
+            contextlib.redirect_stdout(out),
+        ):
             try:
                 code = main(argv)
             except SystemExit as exc:  # argparse --help
                 code = exc.code if isinstance(exc.code, int) else 0
     finally:
         os.chdir(old)
-    return code, out.getvalue(), err.getvalue()
+    return code, out.getvalue(), err.getvalue() + "".join(fd2)
+
+
+@contextlib.contextmanager
+def _fd2_captured():
+    """File descriptor 2 pointed at a temporary file while inside; what it received is in the
+    yielded list after."""
+    written: list[str] = []
+    with tempfile.TemporaryFile() as capture:
+        saved = os.dup(2)
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield written
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            written.append(capture.read().decode(errors="replace"))
 
 
 def check_case(

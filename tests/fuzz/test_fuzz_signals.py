@@ -4,6 +4,7 @@ earlier run; a second writer on the same --out exits 2 at once."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
@@ -31,7 +32,7 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+def _start(args: list[str], cwd: Path, new_group: bool = False) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "kvsched.cli", *args]
     return subprocess.Popen(
@@ -41,6 +42,7 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         preexec_fn=_default_signals,
+        start_new_session=new_group,  # its own process group, to signal as a terminal does
     )
 
 
@@ -142,26 +144,88 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _forked_arms(pid: int) -> tuple[set[int], set[int]]:
+    """(fork servers, arm workers) below `pid`: the processes running multiprocessing's fork
+    server code, the server a child of `pid`, the workers its children."""
+    forked = set()
+    for child in _descendants(pid):
+        try:
+            if b"multiprocessing.forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+                forked.add(child)
+        except OSError:
+            continue
+    servers = {p for p in forked if _parent(p) == pid}
+    return servers, forked - servers
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
-def test_signal_ends_a_run_of_arm_workers_and_every_worker(tmp_path, sig):
+@pytest.mark.parametrize("when", ["starting", "running"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name
+)
+def test_a_signal_to_the_process_group_ends_a_run_of_arm_workers(tmp_path, sig, when):
+    """As a terminal's Ctrl-C or a service manager's stop does it: every process of the group
+    gets the signal, while the workers start or while they run; only the parent answers."""
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
     arms = ["--arms", "engine,paged+prefix,openclaw", "--workers", "2"]
-    proc = _start(
-        ["run", "--quiet", "--no-report", *arms, "--config", "long.yaml", "--out", "out"], tmp_path
-    )
+    args = ["run", "--quiet", "--no-report", *arms, "--config", "long.yaml", "--out", "out"]
+    proc = _start(args, tmp_path, new_group=True)
     _wait_for(tmp_path / "out.partial" / "config.json", proc)
-    deadline = time.monotonic() + 60
-    while len(workers := _descendants(proc.pid)) < 3:  # the fork server and two arms
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    time.sleep(0.5)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    servers: set[int] = set()
+    arms: set[int] = set()
+    if when == "running":
+        deadline = time.monotonic() + 60
+        while len(arms) < 2:
+            servers, arms = _forked_arms(proc.pid)
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+    os.killpg(proc.pid, sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # a worker left running keeps the parent waiting
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     assert proc.returncode == 128 + sig, err
     assert b"Traceback" not in err and err.decode().strip() == f"interrupted by {sig.name}"
     assert not leftovers(tmp_path) and not (tmp_path / "out").exists()
-    deadline = time.monotonic() + 10
-    while any(map(_alive, workers)) and time.monotonic() < deadline:
+    assert not [pid for pid in arms if _alive(pid)]  # killed and waited for before it exited
+    deadline = time.monotonic() + 10  # the fork server ends once the parent's pipe closes
+    while any(map(_alive, servers)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(map(_alive, workers))
+    assert not any(map(_alive, servers))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_workers_of_a_killed_run_stop_at_their_next_report_without_a_word(tmp_path):
+    """SIGKILL cannot be handled by the parent; its workers see the pipe closed when they next
+    report their progress and end quietly (no traceback on the terminal, nothing left running)."""
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
+    arms = ["--arms", "engine,paged+prefix,openclaw", "--workers", "2"]
+    args = ["run", "--quiet", "--no-report", *arms, "--config", "long.yaml", "--out", "out"]
+    proc = _start(args, tmp_path, new_group=True)
+    _wait_for(tmp_path / "out.partial" / "config.json", proc)
+    deadline = time.monotonic() + 60
+    arms_running: set[int] = set()
+    while len(arms_running) < 2:
+        _, arms_running = _forked_arms(proc.pid)
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.kill()
+    deadline = time.monotonic() + 60
+    while any(map(_alive, arms_running)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not any(map(_alive, arms_running))
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of the group
+            os.killpg(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=10)  # the workers held the same stderr
+    assert b"Traceback" not in err, err
