@@ -13,7 +13,6 @@ it). A worker whose parent is gone (killed) stops at its next progress report.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -96,16 +95,15 @@ def _picklable(err: Exception) -> Exception:
 def _context():
     """Workers forked from a server that imported the simulator once (each arm then starts in
     milliseconds, not the second a fresh interpreter's imports take), never from this process:
-    no inherited locks, threads or state. Spawned where fork servers are not available. The
-    helper processes multiprocessing keeps (its resource tracker, the fork server) are started
-    here, with the stop signals blocked: they never see them."""
+    no inherited locks, threads or state. The helper processes multiprocessing keeps (its
+    resource tracker, the fork server) are started here with the stop signals blocked, so they
+    never see them; a fork server some other code of this process started earlier is reused as
+    it is (its workers then may see a signal until `_worker` ignores it)."""
     with _stop_signals_deferred():
         resource_tracker.ensure_running()
         # ensure_running unblocks SIGINT and SIGTERM on its way out (it blocks them only while
         # it starts the tracker, which then ignores them): blocked again for the fork server.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        if "forkserver" not in multiprocessing.get_all_start_methods():
-            return get_context("spawn")
         ctx = get_context("forkserver")
         ctx.set_forkserver_preload(["kvsched.experiment"])
         forkserver.ensure_running()
@@ -118,26 +116,44 @@ def _stop_signals_deferred() -> Iterator[None]:
     would have been acted on; children started inside inherit them blocked (a fork server, and
     the workers it forks, never see them: `_worker` then ignores them for good).
 
-    Blocking alone would not defer them here: a process-directed signal goes to any thread not
+    Blocking alone would not defer them: a process-directed signal goes to any thread not
     blocking it (numpy's BLAS threads, say), and Python runs its handler in the main thread all
-    the same, so the handlers are swapped for one that only records the signal."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers can only be set in the main thread
-        return
-    caught: list[signal.Signals] = []
-    handlers = {
-        sig: signal.signal(sig, lambda signum, _: caught.append(signal.Signals(signum)))
-        for sig in STOP_SIGNALS
-    }
+    the same; so in the main thread the handlers are also swapped for one that only records the
+    signal (elsewhere handlers cannot be set: the thread's mask alone is held and restored)."""
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    caught: list[signal.Signals] = []
+    handlers: dict = {}
     try:
+        if threading.current_thread() is threading.main_thread():
+            recorders = {sig: lambda n, _: caught.append(signal.Signals(n)) for sig in STOP_SIGNALS}
+            handlers, raised = _swap_handlers(recorders)
+            if raised is not None:  # a signal's own handler ran meanwhile: it stops us now
+                raise raised
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending is caught now
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending is recorded now
+        _, raised = _swap_handlers(handlers)
+        if raised is not None:
+            raise raised
         if caught:
             _act_on(caught[0], handlers[caught[0]])
+
+
+def _swap_handlers(new: dict) -> tuple[dict, KeyboardInterrupt | None]:
+    """Set these handlers: the ones they replace, and the stop a signal's handler raised while
+    they were being set (a signal another thread took between two of them), if one did; each is
+    set all the same. A signal whose handler Python did not install (None) is left alone."""
+    old = {sig: signal.getsignal(sig) for sig in new}
+    raised: KeyboardInterrupt | None = None
+    for sig, handler in new.items():
+        if old[sig] is None:
+            continue
+        while signal.getsignal(sig) is not handler:
+            try:
+                signal.signal(sig, handler)
+            except KeyboardInterrupt as err:  # noqa: PERF203  (Ctrl-C, or the CLI's Terminated)
+                raised = raised or err
+    return {sig: handler for sig, handler in old.items() if handler is not None}, raised
 
 
 def _act_on(signum: int, handler) -> None:
@@ -186,9 +202,11 @@ def run_arms_in_processes(
                 if _receive(worker, bars[worker.name], outcomes):
                     running.remove(worker)
     finally:
-        _stop(running)
-        for bar in bars.values():
-            bar.close()
+        try:
+            _stop(running)
+        finally:
+            for bar in bars.values():
+                bar.close()
     return outcomes
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -117,3 +118,42 @@ def test_stop_kills_and_waits_for_every_running_worker(tmp_path):
     arm_pool._stop(running)
     assert [w.process.exitcode for w in running] == [-signal.SIGKILL] * 2
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+class Stopped(KeyboardInterrupt):
+    pass
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def test_a_stop_signal_inside_the_deferral_is_acted_on_after_it_once():
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        reached_the_end = False
+        with pytest.raises(Stopped), arm_pool._stop_signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # bytecodes: where a pending handler would run
+                pass
+            reached_the_end = True
+        assert reached_the_end
+        assert signal.getsignal(signal.SIGTERM) is _raise_stopped  # restored
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_starting_the_helpers_from_another_thread_leaves_its_mask_as_it_was():
+    masks: list[set] = []
+
+    def start() -> None:
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        arm_pool._context()
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert masks[0] == masks[1] and signal.SIGTERM not in masks[1]
