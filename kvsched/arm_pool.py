@@ -44,6 +44,12 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def check_workers(workers: int | None) -> None:
+    """A command's --workers (None: its default): from 1 to MAX_WORKERS, else the one-line error."""
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers: must be from 1 to {MAX_WORKERS} (the bound)")
+
+
 def default_workers(num_arms: int) -> int:
     return max(1, min(num_arms, available_cpus()))
 

@@ -91,7 +91,7 @@ def _unfinished_warning(arm: str, m: dict) -> str:
 
 
 def cmd_run(args) -> int:
-    from kvsched.arm_pool import MAX_WORKERS
+    from kvsched.arm_pool import check_workers
     from kvsched.experiment import run_experiment
 
     raw = load_config_file(args.config) if args.config else {}
@@ -104,8 +104,7 @@ def cmd_run(args) -> int:
     if args.exact_steps:
         raw["exact_steps"] = True
     arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
-    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
-        raise ConfigError(f"--workers: must be from 1 to {MAX_WORKERS} (the bound)")
+    check_workers(args.workers)
     summary = run_experiment(
         raw,
         args.out,

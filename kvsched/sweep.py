@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from kvsched.arm_pool import MAX_WORKERS
+from kvsched.arm_pool import check_workers
 from kvsched.outdir import check_writable, make_dir, output_lock, remove_created
 from kvsched.sweep_backends import make_backend
 from kvsched.sweep_spec import Point, Sweep, load_sweep
@@ -154,8 +154,7 @@ def cmd_sweep(args) -> int:
 
 
 def check_backend_args(args) -> None:
-    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
-        raise ConfigError(f"--workers: must be from 1 to {MAX_WORKERS} (the bound)")
+    check_workers(args.workers)
     if args.ray_address and args.backend != "ray":
         raise ConfigError("--ray-address: only with --backend ray")
 

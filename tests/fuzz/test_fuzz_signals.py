@@ -18,6 +18,8 @@ import pytest
 import yaml
 from fuzz_harness import TINY, check_case, leftovers, make_user_files, run_cli
 
+from kvsched import arm_pool
+
 ROOT = Path(__file__).resolve().parents[2]
 LONG = copy.deepcopy(TINY) | {"duration_s": 3000, "cluster": {"num_nodes": 2}}
 LONG["workload"]["params"]["num_clients"] = 32
@@ -120,15 +122,21 @@ def test_sighup_stops_a_sweep_resumably(tmp_path):
     assert not leftovers(tmp_path) and (tmp_path / "sw" / ".kvsched-run").is_file()
 
 
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state, parent pid, ...); None once the
+    process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def _descendants(pid: int) -> set[int]:
     """Every live process below `pid` (its children, theirs, ...), read from /proc."""
     parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended while we read
-            continue
-        parents[int(stat.parent.name)] = int(fields[1])
+    for entry in Path("/proc").glob("[0-9]*"):
+        if (fields := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)] = int(fields[1])
     found, frontier = set(), {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
@@ -137,11 +145,8 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def _forked_arms(pid: int) -> tuple[set[int], set[int]]:
@@ -154,15 +159,36 @@ def _forked_arms(pid: int) -> tuple[set[int], set[int]]:
                 forked.add(child)
         except OSError:
             continue
-    servers = {p for p in forked if _parent(p) == pid}
+    servers = {p for p in forked if (_stat(p) or ["", "-1"])[1] == str(pid)}
     return servers, forked - servers
 
 
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return -1
+def _start_arm_workers(tmp_path: Path) -> subprocess.Popen:
+    """A 3-arm run of 2 workers in its own process group, once its `.partial` has its config."""
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
+    arms = ["--arms", "engine,paged+prefix,openclaw", "--workers", "2"]
+    args = ["run", "--quiet", "--no-report", *arms, "--config", "long.yaml", "--out", "out"]
+    proc = _start(args, tmp_path, new_group=True)
+    _wait_for(tmp_path / "out.partial" / "config.json", proc)
+    return proc
+
+
+def _running_workers(proc: subprocess.Popen) -> tuple[set[int], set[int]]:
+    """(fork server, arm workers) of `proc`, once both of its workers run."""
+    deadline = time.monotonic() + 60
+    while True:
+        servers, workers = _forked_arms(proc.pid)
+        if len(workers) >= 2:
+            return servers, workers
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+
+
+def _gone(pids: set[int], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(map(_alive, pids))
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -173,57 +199,38 @@ def _parent(pid: int) -> int:
 def test_a_signal_to_the_process_group_ends_a_run_of_arm_workers(tmp_path, sig, when):
     """As a terminal's Ctrl-C or a service manager's stop does it: every process of the group
     gets the signal, while the workers start or while they run; only the parent answers."""
-    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
-    arms = ["--arms", "engine,paged+prefix,openclaw", "--workers", "2"]
-    args = ["run", "--quiet", "--no-report", *arms, "--config", "long.yaml", "--out", "out"]
-    proc = _start(args, tmp_path, new_group=True)
-    _wait_for(tmp_path / "out.partial" / "config.json", proc)
+    proc = _start_arm_workers(tmp_path)
     servers: set[int] = set()
-    arms: set[int] = set()
+    workers: set[int] = set()
     if when == "running":
-        deadline = time.monotonic() + 60
-        while len(arms) < 2:
-            servers, arms = _forked_arms(proc.pid)
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        servers, workers = _running_workers(proc)
         time.sleep(0.5)
     os.killpg(proc.pid, sig)
+    signalled = time.monotonic()
     try:
         _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:  # a worker left running keeps the parent waiting
+    except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         raise
+    # A parent that did not kill its workers waits out arm_pool.STOP_WAIT_S (10 s) for them;
+    # killing and reaping them takes milliseconds.
+    assert time.monotonic() - signalled < arm_pool.STOP_WAIT_S * 0.8
     assert proc.returncode == 128 + sig, err
     assert b"Traceback" not in err and err.decode().strip() == f"interrupted by {sig.name}"
     assert not leftovers(tmp_path) and not (tmp_path / "out").exists()
-    assert not [pid for pid in arms if _alive(pid)]  # killed and waited for before it exited
-    deadline = time.monotonic() + 10  # the fork server ends once the parent's pipe closes
-    while any(map(_alive, servers)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(map(_alive, servers))
+    assert not [pid for pid in workers if _alive(pid)]  # killed and waited for before it exited
+    assert _gone(servers, 10)  # the fork server ends once the parent's pipe closes
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_workers_of_a_killed_run_stop_at_their_next_report_without_a_word(tmp_path):
     """SIGKILL cannot be handled by the parent; its workers see the pipe closed when they next
     report their progress and end quietly (no traceback on the terminal, nothing left running)."""
-    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG))
-    arms = ["--arms", "engine,paged+prefix,openclaw", "--workers", "2"]
-    args = ["run", "--quiet", "--no-report", *arms, "--config", "long.yaml", "--out", "out"]
-    proc = _start(args, tmp_path, new_group=True)
-    _wait_for(tmp_path / "out.partial" / "config.json", proc)
-    deadline = time.monotonic() + 60
-    arms_running: set[int] = set()
-    while len(arms_running) < 2:
-        _, arms_running = _forked_arms(proc.pid)
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    proc = _start_arm_workers(tmp_path)
+    _, workers = _running_workers(proc)
     proc.kill()
-    deadline = time.monotonic() + 60
-    while any(map(_alive, arms_running)) and time.monotonic() < deadline:
-        time.sleep(0.05)
     try:
-        assert not any(map(_alive, arms_running))
+        assert _gone(workers, 60)
     finally:
         with contextlib.suppress(ProcessLookupError):  # whatever is left of the group
             os.killpg(proc.pid, signal.SIGKILL)
