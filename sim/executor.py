@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
 from sim.latency.base import LatencyModel, StepShape
+from sim.native import mypyc_attr
 from sim.scheduler import BatchItem, Step
 
 # Seconds a node's step waits for KV pages held by other nodes (sim/xnode/page_traffic.py).
@@ -33,7 +34,7 @@ class DecodePrices:
     the memo keeps rows of BLOCK consecutive quotients per (n, residue) and a span reads its
     prices as one or two list slices (None where not priced yet)."""
 
-    BLOCK = 256
+    BLOCK: Final = 256
 
     def __init__(self, latency: LatencyModel, max_entries: int = 200_000):
         self.latency = latency
@@ -118,6 +119,7 @@ class DecodePrices:
         return [price(StepShape([], [], num_decode, s)) for s in ctx_sums]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # sim/cascade.py
 class ModelledExecutor:
     """Simulation: the latency model prices the step; remote pages add their transfer time.
     `decode_prices` may be shared by the nodes of a cluster (one latency model)."""

@@ -27,6 +27,7 @@ exactly what the step-by-step driver would show at that moment.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from functools import reduce
 from itertools import accumulate
@@ -139,7 +140,7 @@ class Node(SchedulerQueues):
         return self.scheduler.kv
 
     @property
-    def waiting(self):
+    def waiting(self) -> deque[Sequence]:
         if self.in_span:
             self._sync()
         return self.scheduler.waiting

@@ -23,6 +23,7 @@ from sim.config import NodeConfig
 from sim.kv.manager import KVUsage
 from sim.kv.protocol import CacheCounters, KVManager, headroom_tokens
 from sim.latency.base import StepPlan, StepShape
+from sim.native import mypyc_attr
 from sim.policy_api import SchedulingPolicy
 from sim.sequence import Sequence, Status
 
@@ -30,6 +31,7 @@ from sim.sequence import Sequence, Status
 BatchItem = tuple[Sequence, int, bool]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(slots=True)
 class Step:
     """One planned step: what runs, and what planning it did to the queues."""
@@ -373,6 +375,7 @@ class Scheduler:
         seq.finish_s = now
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # engine.driver.EngineNode
 class SchedulerQueues:
     """A node's queue sizes, read from its scheduler, for the readers that look at nodes from
     outside (router views, the time-series sampler): `Node` in the simulator, `EngineNode` in

@@ -339,7 +339,7 @@ class CalibratedLatency:
         layers = self._layers
         decode_attn = 0.0
         if num_decode:
-            ctx_sum: float = shape.decode_ctx_sum
+            ctx_sum: float = float(shape.decode_ctx_sum)  # (a float: compiled, a C double)
             if shape.decode_shared_tokens and self.shared_reads is not None:
                 ctx_sum = self.shared_reads.effective_tokens(ctx_sum, shape.decode_shared_tokens)
             mean_ctx = float(ctx_sum) / num_decode

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -173,6 +174,7 @@ def test_spans_run_while_pages_are_stored():
     assert spans > 500
 
 
+@pytest.mark.pure  # patches Node
 def test_router_brings_up_spans_storing_a_key_it_reads(monkeypatch):
     """8-bit page keys: pages a span fills collide with the keys of prompts being routed, so
     the router must bring those spans up to date before it reads the table (and only those)."""
