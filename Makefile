@@ -53,5 +53,5 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 clean:
-	rm -rf runs .pytest_cache .ruff_cache .mypy_cache build/mypyc $(NATIVE)
-	rm -f sim/native.json sim/*.so sim/*/*.so
+	rm -rf runs .pytest_cache .ruff_cache .mypy_cache $(NATIVE)
+	$(PY) scripts/build_native.py --clean

@@ -31,7 +31,7 @@ from sim.sequence import Sequence, Status
 BatchItem = tuple[Sequence, int, bool]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests/app/test_host_speed.py
 @dataclass(slots=True)
 class Step:
     """One planned step: what runs, and what planning it did to the queues."""
