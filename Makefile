@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 # The simulator's hot modules compiled with mypyc (sim/native.py, scripts/build_native.py),
 # again whenever a simulator source changes; a failed build leaves the sources in use.
-$(NATIVE): $(STAMP) $(wildcard sim/*.py sim/*/*.py)
+$(NATIVE): $(STAMP) $(wildcard sim/*.py sim/*/*.py sim/*.c)
 	$(BIN)/python scripts/build_native.py
 	touch $(NATIVE)
 

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.native import COMPILED, RECORD, built_of, digest, shared_of, source_of  # noqa: E402
+from sim.native import C_EXTENSIONS, COMPILED, RECORD, built_of, digest, shared_of, source_of  # noqa: E402
 
 
 def written() -> list[Path]:
     """What a build writes: each module's extension, the shared library, the record."""
     shared = sorted(ROOT.glob("*__mypyc.*.so")) + sorted(RECORD.parent.glob("*__mypyc.*.so"))
-    return [built_of(m) for m in COMPILED] + shared + [RECORD]
+    return [built_of(m) for m in COMPILED + C_EXTENSIONS] + shared + [RECORD]
 
 
 def clean() -> None:
@@ -33,12 +35,25 @@ def clean() -> None:
         path.unlink(missing_ok=True)
 
 
+def c_build(module: str) -> list[str]:
+    """The compiler command for a C extension, with this interpreter's headers and flags."""
+    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    include = sysconfig.get_paths()["include"]
+    out = str(built_of(module))
+    return [*compiler, "-O2", "-shared", "-fPIC", f"-I{include}", str(source_of(module)), "-o", out]
+
+
 def build() -> int:
     clean()
     sources = [str(source_of(m).relative_to(ROOT)) for m in COMPILED]
-    record = {m: digest(source_of(m)) for m in COMPILED}  # read before: what is compiled
+    modules = COMPILED + C_EXTENSIONS
+    record = {m: digest(source_of(m)) for m in modules}  # read before: what is compiled
     cmd = [sys.executable, "-m", "mypyc", *sources]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    for module in C_EXTENSIONS if done.returncode == 0 else ():
+        done = subprocess.run(c_build(module), cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            break
     if done.returncode != 0:
         clean()
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
@@ -48,7 +63,10 @@ def build() -> int:
     name = shared.name.split(".")[0]
     shared.replace(shared_of(name))
     RECORD.write_text(json.dumps({"sources": record, "shared": name}, indent=1) + "\n")
-    print(f"compiled {len(COMPILED)} modules with mypyc ({RECORD.relative_to(ROOT)})")
+    print(
+        f"compiled {len(COMPILED)} modules with mypyc and {len(C_EXTENSIONS)} C extension "
+        f"({RECORD.relative_to(ROOT)})"
+    )
     return 0
 
 

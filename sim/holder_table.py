@@ -7,6 +7,10 @@ their bitmask then in a small dict). At 256 nodes the table holds ~9M keys: a di
 bytes a key (its index and entries at the load its growth leaves), this ~10 bytes a slot at
 most 70% full (tombstones included), so ~19 bytes a key.
 
+With the native build (sim/native.py) the batches are probed key by key in C (sim/_holders.c),
+the shared bitmasks kept in the same dict; without it, in numpy rounds. Slots may differ between
+the two, answers never (tests/sim/test_holder_table.py runs both against a dict).
+
 A removed key leaves a tombstone (GONE) so the probe paths through it stay whole; once live
 keys and tombstones fill 70% of the slots, every live key is placed again, in a table sized
 for at most 60% live keys.
@@ -17,6 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import numpy as np
+
+from sim import native
+
+# The probe loops in C (sim/_holders.c), when the native build is in use; else numpy and Python.
+_C = native.c_extension("sim._holders")
 
 # holder codes besides a node id: a live key's code is >= SHARED, a vacant slot's below it
 SHARED, GONE, EMPTY = -1, -2, -3
@@ -29,8 +38,9 @@ _STEPS = np.arange(_WINDOW)
 
 
 class HolderTable(Mapping[int, int]):
-    def __init__(self, num_nodes: int):
+    def __init__(self, num_nodes: int, compiled: bool = True):
         assert num_nodes <= np.iinfo(np.int16).max
+        self._c = _C if compiled else None  # compiled=False: the numpy path (tests compare)
         self._bits = [1 << node for node in range(num_nodes)]  # one shared int per node's bit
         self._shared: dict[int, int] = {}  # key -> bitmask, for keys several nodes hold
         self._num_live = 0
@@ -65,6 +75,8 @@ class HolderTable(Mapping[int, int]):
 
     def _slot_of(self, key: int) -> int:
         """The slot holding `key`, or -1."""
+        if self._c is not None:
+            return self._c.slot_of(self._keys, self._holder, self._mask, key)
         return self._probe(key, key & self._mask, -1)[0]
 
     def _probe(self, key: int, slot: int, vacant: int) -> tuple[int, int]:
@@ -90,6 +102,12 @@ class HolderTable(Mapping[int, int]):
         """`node` holds these keys (repeats allowed): each key's bitmask gains its bit."""
         if self._num_live + self._num_gone + len(keys) > self._max_filled:
             self._rebuild(len(keys))
+        if self._c is not None:  # key by key in C
+            args = (self._keys, self._holder, self._mask, keys, node, self._shared, self._bits)
+            live, gone = self._c.add(*args)
+            self._num_live += live
+            self._num_gone -= gone
+            return
         if len(keys) <= _SCALAR_KEYS:
             for key in keys:
                 self._add_one(key, node)
@@ -103,6 +121,12 @@ class HolderTable(Mapping[int, int]):
 
     def remove(self, keys: list[int], node: int) -> None:
         """`node` no longer holds these keys (repeats, and keys it did not hold, allowed)."""
+        if self._c is not None:  # key by key in C
+            args = (self._keys, self._holder, self._mask, keys, node, self._shared, self._bits)
+            removed = self._c.remove(*args)
+            self._num_live -= removed
+            self._num_gone += removed
+            return
         if len(keys) <= _SCALAR_KEYS:
             for key in keys:
                 slot = self._slot_of(key)

@@ -2,7 +2,8 @@
 
 `make setup` (scripts/build_native.py) compiles the modules in `COMPILED` with mypyc: each gets a
 `.so` beside its `.py`, plus one shared library (moved into `sim/`), and `sim/native.json`
-records the SHA-256 of every source compiled. An extension module shadows the source beside it,
+records the SHA-256 of every source compiled. The same build compiles the C extensions in
+`C_EXTENSIONS` (the routing table's probe loops, `sim/_holders.c`), recorded and used with them. An extension module shadows the source beside it,
 so a source edited since would be ignored silently. `import sim` therefore checks the record
 first. If any compiled source has changed since (or the record is missing, or
 `KVSCHED_PURE=1` is set), every module in `COMPILED` is loaded from its source instead. It has
@@ -17,6 +18,7 @@ checks the annotated types at run time. Python versions without the build (the G
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -38,6 +40,8 @@ COMPILED = (
     "sim.node",
     "sim.router",
 )
+# Written in C (CPython's API), built beside them and recorded with them: used only together.
+C_EXTENSIONS = ("sim._holders",)
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = Path(__file__).with_name("native.json")
 PURE_ENV = "KVSCHED_PURE"
@@ -52,7 +56,8 @@ else:
 
 
 def source_of(module: str) -> Path:
-    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    suffix = ".c" if module in C_EXTENSIONS else ".py"
+    return ROOT.joinpath(*module.split(".")).with_suffix(suffix)
 
 
 def digest(path: Path) -> str:
@@ -74,7 +79,8 @@ def read_record() -> dict | None:
         record = json.loads(RECORD.read_text())
         sources, shared = record["sources"], record["shared"]
         current = all(
-            sources.get(m) == digest(source_of(m)) and built_of(m).exists() for m in COMPILED
+            sources.get(m) == digest(source_of(m)) and built_of(m).exists()
+            for m in COMPILED + C_EXTENSIONS
         )
         return record if current and shared_of(shared).exists() else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -111,12 +117,23 @@ class _SourcesFirst(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, source, loader=loader)
 
 
+_IN_USE = False  # set by use_sources_unless_current
+
+
+def c_extension(name: str):
+    """The C extension `name` (one of C_EXTENSIONS) if the build is in use, else None."""
+    assert name in C_EXTENSIONS
+    return importlib.import_module(name) if _IN_USE else None
+
+
 def use_sources_unless_current() -> bool:
     """Called by `import sim` before any compiled module is imported: True if the compiled
     modules will be used."""
+    global _IN_USE
     record = read_record()
     if record is not None:
         _load_shared(record["shared"])
+        _IN_USE = True
         return True
     if not any(isinstance(f, _SourcesFirst) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourcesFirst())

@@ -1,13 +1,18 @@
 """The routing table's numpy entries (`sim/holder_table.py`) keep the mapping a dict of key ->
 bitmask keeps, through growth, tombstones and their purges, shared keys and keys whose low bits
-collide (long probe paths), in batches probed key by key and vectorised (issue 18)."""
+collide (long probe paths), in batches probed key by key and vectorised, and with the probe loops
+in C (sim/_holders.c, where the native build is in use: `compiled`) (issue 18)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.holder_table import HolderTable
+
+# Each test runs on both paths; without the build, both are the numpy one.
+both = pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
 
 # few distinct low bits, high bits apart: keys share home slots; the top key needs 64 bits
 _keys = st.builds(
@@ -32,10 +37,11 @@ def _reference(table: dict[int, int], stored: bool, keys: list[int], node: int) 
             table[key] = holders
 
 
+@both
 @settings(max_examples=400, deadline=None)
-@given(_events)
-def test_holder_table_keeps_what_a_dict_keeps(events):
-    table, reference = HolderTable(70), {}
+@given(events=_events)
+def test_holder_table_keeps_what_a_dict_keeps(events, compiled):
+    table, reference = HolderTable(70, compiled), {}
     for stored, keys, node in events:
         (table.add if stored else table.remove)(keys, node)
         _reference(reference, stored, keys, node)
@@ -47,9 +53,10 @@ def test_holder_table_keeps_what_a_dict_keeps(events):
     assert sorted(table) == sorted(reference)
 
 
-def test_a_full_turnover_purges_the_tombstones_in_place():
+@both
+def test_a_full_turnover_purges_the_tombstones_in_place(compiled):
     """Storing and removing a node's keys over and over keeps the table at its size."""
-    table = HolderTable(2)
+    table = HolderTable(2, compiled)
     table.add(list(range(1, 40)), 0)
     size = table._keys.size
     for round_ in range(50):
@@ -60,8 +67,9 @@ def test_a_full_turnover_purges_the_tombstones_in_place():
     assert dict(table.items()) == dict.fromkeys(range(1, 40), 1)
 
 
-def test_a_key_two_nodes_hold_keeps_both_bits_until_one_is_left():
-    table = HolderTable(3)
+@both
+def test_a_key_two_nodes_hold_keeps_both_bits_until_one_is_left(compiled):
+    table = HolderTable(3, compiled)
     table.add([5], 0)
     table.add([5, 6], 2)
     assert table[5] == 0b101 and table[6] == 0b100

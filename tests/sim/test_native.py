@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim import native
+from sim import holder_table, native
+from sim.holder_table import HolderTable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,7 @@ def record(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "shared_of", lambda name: tmp_path / f"{name}.so")
     monkeypatch.delenv(native.PURE_ENV, raising=False)
     sources = {}
-    for module in native.COMPILED:
+    for module in native.COMPILED + native.C_EXTENSIONS:
         source = native.source_of(module)
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text(f"# {module}\n")
@@ -92,6 +93,11 @@ def _needs_the_build() -> None:
     if REQUIRED:
         pytest.fail("KVSCHED_REQUIRE_NATIVE=1 but the compiled modules are not in use (make setup)")
     pytest.skip("the compiled modules are not built (make setup)")
+
+
+def test_the_routing_table_probes_in_c_with_the_build():
+    _needs_the_build()
+    assert holder_table._C is not None and HolderTable(4)._c is holder_table._C
 
 
 @pytest.mark.parametrize(
