@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -35,9 +36,19 @@ def clean() -> None:
         path.unlink(missing_ok=True)
 
 
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """A build step; a compiler that cannot be started is a failed step, not a traceback."""
+    try:
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    except OSError as error:
+        return subprocess.CompletedProcess(cmd, 1, "", f"{cmd[0]}: {error}")
+
+
 def c_build(module: str) -> list[str]:
     """The compiler command for a C extension, with this interpreter's headers and flags."""
     compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    if not compiler or shutil.which(compiler[0]) is None:  # the interpreter's build machine's CC
+        compiler = ["cc"]
     include = sysconfig.get_paths()["include"]
     out = str(built_of(module))
     return [*compiler, "-O2", "-shared", "-fPIC", f"-I{include}", str(source_of(module)), "-o", out]
@@ -49,9 +60,9 @@ def build() -> int:
     modules = COMPILED + C_EXTENSIONS
     record = {m: digest(source_of(m)) for m in modules}  # read before: what is compiled
     cmd = [sys.executable, "-m", "mypyc", *sources]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    done = run(cmd)
     for module in C_EXTENSIONS if done.returncode == 0 else ():
-        done = subprocess.run(c_build(module), cwd=ROOT, capture_output=True, text=True)
+        done = run(c_build(module))
         if done.returncode != 0:
             break
     if done.returncode != 0:

@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SHARED (-1)
 #define GONE (-2)
@@ -25,18 +26,37 @@ typedef struct {
     uint64_t mask;
 } Table;
 
-/* The two arrays, writable, their sizes checked against the mask (a power of two minus 1). */
+/* One array's buffer: writable, contiguous, one-dimensional, of this item size and format kind. */
+static int open_array(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, const char *kinds) {
+    int flags = PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    if (PyObject_GetBuffer(array, view, flags) < 0) return -1;
+    const char *format = view->format ? view->format : "B";
+    if (*format == '<' || *format == '=' || *format == '@') format++;
+    if (view->ndim != 1 || view->itemsize != itemsize || strlen(format) != 1 ||
+        strchr(kinds, *format) == NULL) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "keys must be uint64 and holder int16 arrays");
+        return -1;
+    }
+    return 0;
+}
+
+/* The two arrays, their sizes checked against the mask (a power of two minus 1). */
 static int table_open(Table *t, PyObject *keys, PyObject *holder, unsigned long long mask) {
-    if (PyObject_GetBuffer(keys, &t->keys, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return -1;
-    if (PyObject_GetBuffer(holder, &t->holder, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+    if (mask >= (unsigned long long)(PY_SSIZE_T_MAX / 8) || (mask & (mask + 1)) != 0) {
+        PyErr_SetString(PyExc_ValueError, "mask must be a power of two minus 1");
+        return -1;
+    }
+    if (open_array(keys, &t->keys, 8, "QLK") < 0) return -1;
+    if (open_array(holder, &t->holder, 2, "h") < 0) {
         PyBuffer_Release(&t->keys);
         return -1;
     }
     Py_ssize_t slots = (Py_ssize_t)mask + 1;
-    if (t->keys.len != slots * 8 || t->holder.len != slots * 2 || (mask & (mask + 1)) != 0) {
+    if (t->keys.shape[0] != slots || t->holder.shape[0] != slots) {
         PyBuffer_Release(&t->keys);
         PyBuffer_Release(&t->holder);
-        PyErr_SetString(PyExc_ValueError, "keys (uint64) and holder (int16) need mask + 1 slots");
+        PyErr_SetString(PyExc_ValueError, "keys and holder need mask + 1 slots");
         return -1;
     }
     t->key = (uint64_t *)t->keys.buf;
@@ -69,27 +89,93 @@ static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
     }
 }
 
-static int parse(PyObject *const *args, Py_ssize_t nargs, const char *name, Table *t,
-                 PyObject **seq, long *node) {
+/* key as a uint64: 1; 0 if it is an int outside 0..2**64-1 (no table holds it); -1 with an
+   exception if it is not an int. */
+static int as_key(PyObject *item, uint64_t *key) {
+    PyObject *index = PyNumber_Index(item);
+    if (index == NULL) return -1;
+    *key = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if (*key == (uint64_t)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* The call's arguments, every key converted before anything changes: a batch fails whole.
+   items: the keys as given (a tuple the caller releases); keys[i] with held[i] = 0 for an int
+   no table can hold (add refuses it). */
+typedef struct {
+    Table t;
+    PyObject *items;
+    uint64_t *keys;
+    char *held;
+    Py_ssize_t n;
+    long node;
+} Call;
+
+/* The exception a batch stopped at (taken off the error indicator), or None: the slots changed
+   before it are counted all the same, so the caller keeps its counts and then raises it. */
+static PyObject *failure(int failed) {
+    if (!failed) Py_RETURN_NONE;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    if (value == NULL) Py_RETURN_NONE;
+    return value;
+}
+
+static void call_close(Call *c) {
+    table_close(&c->t);
+    Py_DECREF(c->items);
+    PyMem_Free(c->keys);
+    PyMem_Free(c->held);
+}
+
+static int call_open(Call *c, PyObject *const *args, Py_ssize_t nargs, const char *name,
+                     int refuse_unholdable) {
     if (nargs != 7 || !PyDict_Check(args[5]) || !PyList_Check(args[6])) {
         PyErr_Format(PyExc_TypeError, "%s(keys, holder, mask, page_keys, node, shared, bits)",
                      name);
         return -1;
     }
     unsigned long long mask = PyLong_AsUnsignedLongLong(args[2]);
-    *node = PyLong_AsLong(args[4]);
-    if (PyErr_Occurred()) return -1;
-    if (*node < 0 || *node >= PyList_GET_SIZE(args[6])) {
+    if (mask == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    c->node = PyLong_AsLong(args[4]);
+    if (c->node == -1 && PyErr_Occurred()) return -1;
+    if (c->node < 0 || c->node >= PyList_GET_SIZE(args[6]) || c->node > INT16_MAX) {
         PyErr_SetString(PyExc_ValueError, "node out of range of bits");
         return -1;
     }
-    *seq = PySequence_Fast(args[3], "page keys must be a sequence of ints");
-    if (*seq == NULL) return -1;
-    if (table_open(t, args[0], args[1], mask) < 0) {
-        Py_DECREF(*seq);
-        return -1;
+    c->items = PySequence_Tuple(args[3]);  /* owned: no caller code can change it meanwhile */
+    if (c->items == NULL) return -1;
+    c->n = PyTuple_GET_SIZE(c->items);
+    c->keys = PyMem_Malloc(sizeof(uint64_t) * (size_t)(c->n ? c->n : 1));
+    c->held = PyMem_Malloc((size_t)(c->n ? c->n : 1));
+    if (c->keys == NULL || c->held == NULL) {
+        PyErr_NoMemory();
+        goto fail;
     }
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        int ok = as_key(PyTuple_GET_ITEM(c->items, i), &c->keys[i]);
+        if (ok < 0) goto fail;
+        if (ok == 0 && refuse_unholdable) {
+            PyErr_SetString(PyExc_OverflowError, "a page key must be in 0..2**64-1");
+            goto fail;
+        }
+        c->held[i] = (char)ok;
+    }
+    if (table_open(&c->t, args[0], args[1], mask) < 0) goto fail;
     return 0;
+fail:
+    Py_DECREF(c->items);
+    PyMem_Free(c->keys);
+    PyMem_Free(c->held);
+    return -1;
 }
 
 /* HolderTable._join: `node` holds the key at `slot` too (its bitmask kept in `shared`). */
@@ -115,7 +201,7 @@ static int join(Table *t, Py_ssize_t slot, PyObject *key, long node, PyObject *s
     if (joined == NULL) return -1;
     int failed = PyDict_SetItem(shared, key, joined);
     Py_DECREF(joined);
-    t->code[slot] = SHARED;
+    if (failed == 0) t->code[slot] = SHARED;
     return failed;
 }
 
@@ -158,64 +244,56 @@ static int leave_shared(Table *t, Py_ssize_t slot, PyObject *key, long node, PyO
     return failed;
 }
 
-/* add(keys, holder, mask, page_keys, node, shared, bits) -> (live_added, gone_reused): each key
-   in turn, as HolderTable._add_one: a key held by others joins their bitmask (`shared`: key ->
-   bitmask; bits[i] = 1 << i); an absent one takes the first vacant slot on its path. The caller
-   has made room (at most 70% of the slots filled after the batch). */
+/* add(keys, holder, mask, page_keys, node, shared, bits) -> (live_added, gone_reused, error):
+   each key in turn, as HolderTable._add_one: a key held by others joins their bitmask
+   (`shared`: key -> bitmask; bits[i] = 1 << i); an absent one takes the first vacant slot on
+   its path. Every key is converted first: a key that is not an int in 0..2**64-1 fails the
+   batch before it changes anything. The caller has made room (at most 70% of the slots filled
+   after the batch). */
 static PyObject *add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    Table t;
-    PyObject *seq;
-    long node;
-    if (parse(args, nargs, "add", &t, &seq, &node) < 0) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), live = 0, gone = 0, i;
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (i = 0; i < n; i++) {
-        uint64_t key = PyLong_AsUnsignedLongLong(items[i]);
-        if (key == (uint64_t)-1 && PyErr_Occurred()) break;
-        Py_ssize_t vacant, slot = probe(&t, key, &vacant);
+    Call c;
+    if (call_open(&c, args, nargs, "add", 1) < 0) return NULL;
+    Py_ssize_t live = 0, gone = 0, i;
+    for (i = 0; i < c.n; i++) {
+        uint64_t key = c.keys[i];
+        Py_ssize_t vacant, slot = probe(&c.t, key, &vacant);
         if (slot >= 0) {
-            if (join(&t, slot, items[i], node, args[5], args[6]) < 0) break;
+            if (join(&c.t, slot, PyTuple_GET_ITEM(c.items, i), c.node, args[5], args[6]) < 0)
+                break;
             continue;
         }
-        gone += t.code[vacant] == GONE;
+        gone += c.t.code[vacant] == GONE;
         live += 1;
-        t.key[vacant] = key;
-        t.code[vacant] = (int16_t)node;
+        c.t.key[vacant] = key;
+        c.t.code[vacant] = (int16_t)c.node;
     }
-    table_close(&t);
-    Py_DECREF(seq);
-    if (i < n) return NULL;
-    return Py_BuildValue("(nn)", live, gone);
+    call_close(&c);
+    return Py_BuildValue("(nnN)", live, gone, failure(i < c.n));
 }
 
-/* remove(keys, holder, mask, page_keys, node, shared, bits) -> live_removed: each key in turn,
-   as HolderTable._leave: one the node alone holds becomes a tombstone, a shared one loses the
-   node's bit; others are left alone. */
+/* remove(keys, holder, mask, page_keys, node, shared, bits) -> (live_removed, error): each key
+   in turn, as HolderTable._leave: one the node alone holds becomes a tombstone, a shared one
+   loses the node's bit; others (ints outside 0..2**64-1 among them) are left alone. */
 static PyObject *remove_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    Table t;
-    PyObject *seq;
-    long node;
-    if (parse(args, nargs, "remove", &t, &seq, &node) < 0) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), removed = 0, i;
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (i = 0; i < n; i++) {
-        uint64_t key = PyLong_AsUnsignedLongLong(items[i]);
-        if (key == (uint64_t)-1 && PyErr_Occurred()) break;
-        Py_ssize_t vacant, slot = probe(&t, key, &vacant);
+    Call c;
+    if (call_open(&c, args, nargs, "remove", 0) < 0) return NULL;
+    Py_ssize_t removed = 0, i;
+    for (i = 0; i < c.n; i++) {
+        if (!c.held[i]) continue;  /* an int no table holds */
+        Py_ssize_t vacant, slot = probe(&c.t, c.keys[i], &vacant);
         if (slot < 0) continue;
-        if (t.code[slot] == node) {
-            t.code[slot] = GONE;
+        if (c.t.code[slot] == c.node) {
+            c.t.code[slot] = GONE;
             removed += 1;
-        } else if (t.code[slot] == SHARED) {
-            if (leave_shared(&t, slot, items[i], node, args[5], args[6]) < 0) break;
+        } else if (c.t.code[slot] == SHARED) {
+            if (leave_shared(&c.t, slot, PyTuple_GET_ITEM(c.items, i), c.node, args[5], args[6]) < 0)
+                break;
         }
     }
-    table_close(&t);
-    Py_DECREF(seq);
-    if (i < n) return NULL;
-    return PyLong_FromSsize_t(removed);
+    call_close(&c);
+    return Py_BuildValue("(nN)", removed, failure(i < c.n));
 }
 
 /* slot_of(keys, holder, mask, key) -> the slot holding key, or -1 (HolderTable._slot_of). */
@@ -226,8 +304,10 @@ static PyObject *slot_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     unsigned long long mask = PyLong_AsUnsignedLongLong(args[2]);
-    uint64_t key = PyLong_AsUnsignedLongLong(args[3]);
-    if (PyErr_Occurred()) return NULL;
+    if (mask == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    uint64_t key;
+    int ok = as_key(args[3], &key);
+    if (ok <= 0) return ok < 0 ? NULL : PyLong_FromLong(-1);  /* an int no table holds */
     Table t;
     if (table_open(&t, args[0], args[1], mask) < 0) return NULL;
     Py_ssize_t vacant, slot = probe(&t, key, &vacant);

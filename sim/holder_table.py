@@ -104,9 +104,11 @@ class HolderTable(Mapping[int, int]):
             self._rebuild(len(keys))
         if self._c is not None:  # key by key in C
             args = (self._keys, self._holder, self._mask, keys, node, self._shared, self._bits)
-            live, gone = self._c.add(*args)
+            live, gone, error = self._c.add(*args)
             self._num_live += live
             self._num_gone -= gone
+            if error is not None:  # (only out of memory: the keys placed before it counted)
+                raise error
             return
         if len(keys) <= _SCALAR_KEYS:
             for key in keys:
@@ -123,9 +125,11 @@ class HolderTable(Mapping[int, int]):
         """`node` no longer holds these keys (repeats, and keys it did not hold, allowed)."""
         if self._c is not None:  # key by key in C
             args = (self._keys, self._holder, self._mask, keys, node, self._shared, self._bits)
-            removed = self._c.remove(*args)
+            removed, error = self._c.remove(*args)
             self._num_live -= removed
             self._num_gone += removed
+            if error is not None:
+                raise error
             return
         if len(keys) <= _SCALAR_KEYS:
             for key in keys:

@@ -5,10 +5,12 @@ in C (sim/_holders.c, where the native build is in use: `compiled`) (issue 18)."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim import holder_table
 from sim.holder_table import HolderTable
 
 # Each test runs on both paths; without the build, both are the numpy one.
@@ -77,3 +79,42 @@ def test_a_key_two_nodes_hold_keeps_both_bits_until_one_is_left(compiled):
     assert table[5] == 0b100 and not table._shared
     table.remove([5, 6, 7], 2)
     assert len(table) == 0 and 5 not in table
+
+
+@both
+def test_ints_no_table_can_hold_are_absent(compiled):
+    table = HolderTable(2, compiled)
+    table.add([1, 2], 0)
+    assert -1 not in table and 2**64 not in table and table.get(2**64, 7) == 7
+    table.remove([1, -1, 2**64], 0)  # the ints outside 0..2**64-1 are left alone
+    assert dict(table.items()) == {2: 1} and len(table) == 1
+
+
+needs_c = pytest.mark.skipif(holder_table._C is None, reason="the native build is not in use")
+
+
+@needs_c
+def test_a_batch_with_a_bad_key_fails_whole_in_c():
+    """Every key is converted before the C loop changes a slot (a review found counts lost)."""
+    table = HolderTable(3)
+    table.add([5], 0)
+    for bad in (-1, 2**64, "6", 1.5):
+        with pytest.raises((OverflowError, TypeError)):
+            table.add([6, 7, bad], 2)
+        assert dict(table.items()) == {5: 1} and len(table) == 1 == table._num_live
+
+
+@needs_c
+def test_the_c_loops_refuse_arrays_of_other_types_or_sizes():
+    c, keys, holder = holder_table._C, np.zeros(16, np.uint64), np.full(16, -3, np.int16)
+    args = ([1], 0, {}, [1])
+    for bad_keys, bad_holder, mask in (
+        (keys.astype(np.int64).astype(np.float64), holder, 15),
+        (keys, holder.astype(np.uint16), 15),
+        (keys, holder, 7),
+        (keys[:0], holder[:0], 2**64 - 1),
+        (keys, holder, 14),
+    ):
+        with pytest.raises((TypeError, ValueError, OverflowError)):
+            c.add(bad_keys, bad_holder, mask, *args)
+    assert c.add(keys, holder, 15, *args) == (1, 0, None) and holder[1] == 0
