@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[kernels,ray,dev]'
 	touch $(STAMP)
 
-# The simulator's hot modules compiled with mypyc (sim/native.py, scripts/build_native.py),
-# again whenever a simulator source changes; a failed build leaves the sources in use.
+# The simulator's hot modules compiled with mypyc and its C extension (sim/native.py,
+# scripts/build_native.py), again whenever a simulator source changes; a failed build leaves
+# the sources in use.
 $(NATIVE): $(STAMP) $(wildcard sim/*.py sim/*/*.py sim/*.c)
 	$(BIN)/python scripts/build_native.py
 	touch $(NATIVE)
