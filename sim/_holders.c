@@ -4,9 +4,9 @@
    or SHARED, GONE, EMPTY), one slot each, linear probing from key & mask. These functions walk
    the probe paths key by key, in the order given, exactly as HolderTable's scalar methods do
    (_add_one, _join, _leave, _slot_of), the bitmasks of keys several nodes hold kept in the
-   same Python dict HolderTable keeps (key -> int). A key's
-   answer does not depend on where its slot is, so this and the numpy batch path (which places
-   keys differently) answer every lookup the same (tests/sim/test_holder_table.py).
+   same Python dict HolderTable keeps (key -> int). A key's answer does not depend on where its
+   slot is, so this and the numpy batch path (which places keys differently) answer every
+   lookup the same (tests/sim/test_holder_table.py).
 
    Built by scripts/build_native.py, used only while sim/native.json records this source. */
 

@@ -107,7 +107,7 @@ class HolderTable(Mapping[int, int]):
             live, gone, error = self._c.add(*args)
             self._num_live += live
             self._num_gone -= gone
-            if error is not None:  # (only out of memory: the keys placed before it counted)
+            if error is not None:  # a dict update failed; the keys placed before it count
                 raise error
             return
         if len(keys) <= _SCALAR_KEYS:

@@ -3,11 +3,12 @@
 `make setup` (scripts/build_native.py) compiles the modules in `COMPILED` with mypyc: each gets a
 `.so` beside its `.py`, plus one shared library (moved into `sim/`), and `sim/native.json`
 records the SHA-256 of every source compiled. The same build compiles the C extensions in
-`C_EXTENSIONS` (the routing table's probe loops, `sim/_holders.c`), recorded and used with them. An extension module shadows the source beside it,
-so a source edited since would be ignored silently. `import sim` therefore checks the record
-first. If any compiled source has changed since (or the record is missing, or
-`KVSCHED_PURE=1` is set), every module in `COMPILED` is loaded from its source instead. It has
-to be all of them: a compiled module only accepts the compiled classes of the others.
+`C_EXTENSIONS` (the routing table's probe loops, `sim/_holders.c`), recorded and used with them.
+An extension module shadows the source beside it, so a source edited since would be ignored
+silently. `import sim` therefore checks the record first. If any compiled source has changed
+since (or the record is missing, or `KVSCHED_PURE=1` is set), every module in `COMPILED` is
+loaded from its source instead, and no C extension is used. It has to be all of them: a compiled
+module only accepts the compiled classes of the others.
 
 Compiled and pure runs give byte-identical results: the same source, the same float operations
 in the same order (tests/sim/test_native.py compares their run files). The compiled code also
