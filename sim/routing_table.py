@@ -171,7 +171,7 @@ class RoutingTable:
 class _Holders(Mapping[int, int]):
     """Kept entries and directly read indexes as one key -> bitmask mapping (tests, reports)."""
 
-    def __init__(self, entries: Mapping[int, int], direct: dict[int, dict[int, int]]):
+    def __init__(self, entries: Mapping[int, int], direct: dict[int, Mapping[int, int]]):
         self._entries, self._direct = entries, direct  # direct: node bit -> its level 1
 
     def __getitem__(self, key: int) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kv.index_base import ROOT, IndexBase, Match
+from sim.kv.page_slots import new_page_slots
 
 
 class TwoLevelIndex(IndexBase):
@@ -31,7 +32,7 @@ class TwoLevelIndex(IndexBase):
         # hash_only keeps no token ids (modelled bytes); the simulator still fills token_table as
         # ground truth, to count wrong reuse.
         self.token_copy = verify_tokens
-        self.key_to_page: dict[int, int] = {}  # level 1: one slot per short key
+        self.key_to_page = new_page_slots()  # level 1: one slot per short key
         self.overflow: dict[tuple[int, int], list[int]] = {}  # (key, parent) -> colliding pages
         # Until a page first goes to the overflow, level 1 holds exactly the keys of the indexed
         # pages (each holds its own slot): the routing table may read it as the node's entries.
@@ -43,15 +44,10 @@ class TwoLevelIndex(IndexBase):
         """Longest cached prefix of `prompt` (keys = its chained page keys), at most max_pages."""
         keys_list = keys[:max_pages].tolist()
         out = Match(pages=[])
-        lookup = self.key_to_page.get
+        slots = self.key_to_page
         while len(out.pages) < len(keys_list):
             start = len(out.pages)
-            run = []
-            for key in keys_list[start:]:
-                page = lookup(key)
-                if page is None:
-                    break
-                run.append(page)
+            run = slots.run(keys_list[start:])
             parent = out.pages[-1] if out.pages else ROOT
             if not self.verify_tokens:  # trust level 1: take the whole run, count what is wrong
                 run = _until_repeat(run)
@@ -143,21 +139,20 @@ class TwoLevelIndex(IndexBase):
 
     def _claim_leading(self, pages: list[int], keys: list[int]) -> int:
         """Claim the slots of the chain's leading keys that nobody holds (the chain included):
-        how many. One C-level pass of setdefault claims every free key and never overwrites a
-        holder; the usual chain (every key free, none repeated) is then done. Else the leading
+        how many. One batch of claims (setdefault, key by key) takes every free key and never
+        overwrites a holder; the usual chain (every key free, none repeated) is then done. Else the leading
         run ends at the first key whose slot holds another page, and the keys claimed after it
         are given back (a slot holding its own page was free: indexed pages hold their slots)."""
         slots = self.key_to_page
         size = len(slots)
-        holders = list(map(slots.setdefault, keys, pages))
+        holders = slots.claim(keys, pages)
         if len(slots) == size + len(keys):
             return len(keys)
         count = next(
             i for i, (held, page) in enumerate(zip(holders, pages, strict=True)) if held != page
         )
-        for key, held, page in zip(keys[count:], holders[count:], pages[count:], strict=True):
-            if held == page:
-                del slots[key]
+        tail = zip(keys[count:], holders[count:], pages[count:], strict=True)
+        slots.pop_many([key for key, held, page in tail if held == page])
         return count
 
     def _insert_trusting(
@@ -169,9 +164,8 @@ class TwoLevelIndex(IndexBase):
         placed: list[int] = []
         start = 0
         for i, (key, page) in enumerate(zip(keys, pages, strict=True)):
-            holder = slots.get(key)
-            if holder is None:
-                slots[key] = page
+            holder = slots.setdefault(key, page)
+            if holder == page:  # (a page not indexed yet holds no slot: the key was free)
                 placed.append(i)
                 continue
             self._link_run(pages, keys, tokens, start, i, parent)
@@ -204,9 +198,8 @@ class TwoLevelIndex(IndexBase):
         bucket = self.overflow.get((key, parent), [])
         if any(np.array_equal(self.token_table[p], tokens) for p in bucket):
             return False
-        holder = self.key_to_page.get(key)
-        if holder is None:
-            self.key_to_page[key] = page
+        holder = self.key_to_page.setdefault(key, page)
+        if holder == page:  # the key was free (a page not indexed yet holds no slot)
             return True
         if self.parent[holder] == parent and np.array_equal(self.token_table[holder], tokens):
             return False
@@ -216,9 +209,9 @@ class TwoLevelIndex(IndexBase):
 
     def _forget(self, pages: np.ndarray, keys: list[int]) -> None:
         slots = self.key_to_page
-        if not self.overflow:  # every indexed page holds its key's slot: one C-level pass
+        if not self.overflow:  # every indexed page holds its key's slot: one batch
             held = pages.tolist()
-            if list(map(slots.pop, keys)) != held:
+            if slots.pop_many(keys) != held:
                 raise AssertionError(f"a page of {held} did not hold its slot")
             return
         for page, key, parent in zip(

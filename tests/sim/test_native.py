@@ -14,6 +14,8 @@ import pytest
 import sim
 from sim import holder_table, native
 from sim.holder_table import HolderTable
+from sim.kv.page_slots import TableSlots
+from sim.kv.prefix_index import TwoLevelIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,6 +100,11 @@ def _needs_the_build() -> None:
 def test_the_routing_table_probes_in_c_with_the_build():
     _needs_the_build()
     assert holder_table._C is not None and HolderTable(4)._c is holder_table._C
+
+
+def test_the_prefix_index_level_1_is_the_c_table_with_the_build():
+    _needs_the_build()
+    assert isinstance(TwoLevelIndex(8, 4).key_to_page, TableSlots)
 
 
 @pytest.mark.parametrize(

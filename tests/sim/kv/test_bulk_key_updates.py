@@ -75,7 +75,7 @@ def test_level1_claims_match_the_per_key_loop(chains):
         want = _claims_by_key(reference, keys, pages)
         got = index._claim_leading(pages, keys)
         assert got == want
-        assert list(index.key_to_page.items()) == list(reference.items())
+        assert dict(index.key_to_page.items()) == reference
         if got:
             index._link(pages[:got], keys[:got], ROOT)
 

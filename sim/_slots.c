@@ -1,0 +1,320 @@
+/* The prefix index's level 1 in C: page key -> page, the loops of sim/kv/page_slots.py.
+
+   The table is two arrays the Python side owns: keys (uint64) and pages (int32: a page id, or
+   GONE, EMPTY), one slot each, linear probing from key & mask. Each function walks the keys'
+   probe paths in the order given, exactly as a dict's get, setdefault and pop would answer
+   them one after another (tests/sim/test_page_slots.py compares the two). Every key is
+   converted before any slot changes, so a batch with a bad key fails whole.
+
+   Built by scripts/build_native.py, used only while sim/native.json records this source. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GONE (-2)
+#define EMPTY (-1)
+
+typedef struct {
+    Py_buffer keys, pages;
+    uint64_t *key;
+    int32_t *page;
+    uint64_t mask;
+} Table;
+
+/* One array's buffer: writable, contiguous, one-dimensional, of this item size and format kind. */
+static int open_array(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, const char *kinds) {
+    int flags = PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    if (PyObject_GetBuffer(array, view, flags) < 0) return -1;
+    const char *format = view->format ? view->format : "B";
+    if (*format == '<' || *format == '=' || *format == '@') format++;
+    if (view->ndim != 1 || view->itemsize != itemsize || strlen(format) != 1 ||
+        strchr(kinds, *format) == NULL) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "keys must be a uint64 and pages an int32 array");
+        return -1;
+    }
+    return 0;
+}
+
+/* The two arrays, their sizes checked against the mask (a power of two minus 1). */
+static int table_open(Table *t, PyObject *keys, PyObject *pages, PyObject *mask_arg) {
+    unsigned long long mask = PyLong_AsUnsignedLongLong(mask_arg);
+    if (mask == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    if (mask >= (unsigned long long)(PY_SSIZE_T_MAX / 8) || (mask & (mask + 1)) != 0) {
+        PyErr_SetString(PyExc_ValueError, "mask must be a power of two minus 1");
+        return -1;
+    }
+    if (open_array(keys, &t->keys, 8, "QLK") < 0) return -1;
+    if (open_array(pages, &t->pages, 4, "iI") < 0) {
+        PyBuffer_Release(&t->keys);
+        return -1;
+    }
+    Py_ssize_t slots = (Py_ssize_t)mask + 1;
+    if (t->keys.shape[0] != slots || t->pages.shape[0] != slots) {
+        PyBuffer_Release(&t->keys);
+        PyBuffer_Release(&t->pages);
+        PyErr_SetString(PyExc_ValueError, "keys and pages need mask + 1 slots");
+        return -1;
+    }
+    t->key = (uint64_t *)t->keys.buf;
+    t->page = (int32_t *)t->pages.buf;
+    t->mask = (uint64_t)mask;
+    return 0;
+}
+
+static void table_close(Table *t) {
+    PyBuffer_Release(&t->keys);
+    PyBuffer_Release(&t->pages);
+}
+
+/* From key's home: its slot or -1, and the first vacant (GONE or EMPTY) slot on its path. */
+static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
+    uint64_t slot = key & t->mask;
+    *vacant = -1;
+    for (;;) {
+        int32_t page = t->page[slot];
+        if (page == EMPTY) {
+            if (*vacant < 0) *vacant = (Py_ssize_t)slot;
+            return -1;
+        }
+        if (page == GONE) {
+            if (*vacant < 0) *vacant = (Py_ssize_t)slot;
+        } else if (t->key[slot] == key) {
+            return (Py_ssize_t)slot;
+        }
+        slot = (slot + 1) & t->mask;
+    }
+}
+
+/* key as a uint64: 1; 0 if it is an int outside 0..2**64-1 (no table holds it); -1 with an
+   exception if it is not an int. */
+static int as_key(PyObject *item, uint64_t *key) {
+    PyObject *index = PyNumber_Index(item);
+    if (index == NULL) return -1;
+    *key = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if (*key == (uint64_t)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* A sequence of keys converted: keys[i], with held[i] = 0 for an int no table can hold. */
+typedef struct {
+    uint64_t *keys;
+    char *held;
+    Py_ssize_t n;
+} Keys;
+
+static void keys_close(Keys *k) {
+    PyMem_Free(k->keys);
+    PyMem_Free(k->held);
+}
+
+static int keys_open(Keys *k, PyObject *sequence, int refuse_unholdable) {
+    PyObject *items = PySequence_Tuple(sequence); /* owned: no caller code changes it meanwhile */
+    if (items == NULL) return -1;
+    k->n = PyTuple_GET_SIZE(items);
+    k->keys = PyMem_Malloc(sizeof(uint64_t) * (size_t)(k->n ? k->n : 1));
+    k->held = PyMem_Malloc((size_t)(k->n ? k->n : 1));
+    if (k->keys == NULL || k->held == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < k->n; i++) {
+        int ok = as_key(PyTuple_GET_ITEM(items, i), &k->keys[i]);
+        if (ok < 0) goto fail;
+        if (ok == 0 && refuse_unholdable) {
+            PyErr_SetString(PyExc_OverflowError, "a page key must be in 0..2**64-1");
+            goto fail;
+        }
+        k->held[i] = (char)ok;
+    }
+    Py_DECREF(items);
+    return 0;
+fail:
+    Py_DECREF(items);
+    keys_close(k);
+    return -1;
+}
+
+/* page ids as int32 in 0..2**31-1, one per key. */
+static int32_t *pages_of(PyObject *sequence, Py_ssize_t n) {
+    PyObject *items = PySequence_Tuple(sequence);
+    if (items == NULL) return NULL;
+    int32_t *out = NULL;
+    if (PyTuple_GET_SIZE(items) != n) {
+        PyErr_SetString(PyExc_ValueError, "one page per key");
+        goto done;
+    }
+    out = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long page = PyLong_AsLong(PyTuple_GET_ITEM(items, i));
+        if (page == -1 && PyErr_Occurred()) goto bad;
+        if (page < 0 || page > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a page id must be in 0..2**31-1");
+            goto bad;
+        }
+        out[i] = (int32_t)page;
+    }
+    goto done;
+bad:
+    PyMem_Free(out);
+    out = NULL;
+done:
+    Py_DECREF(items);
+    return out;
+}
+
+/* get(keys, pages, mask, key) -> the key's page, or -1. */
+static PyObject *get(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "get(keys, pages, mask, key)");
+        return NULL;
+    }
+    uint64_t key;
+    int ok = as_key(args[3], &key);
+    if (ok <= 0) return ok < 0 ? NULL : PyLong_FromLong(-1); /* an int no table holds */
+    Table t;
+    if (table_open(&t, args[0], args[1], args[2]) < 0) return NULL;
+    Py_ssize_t vacant, slot = probe(&t, key, &vacant);
+    long page = slot < 0 ? -1 : (long)t.page[slot];
+    table_close(&t);
+    return PyLong_FromLong(page);
+}
+
+/* run(keys, pages, mask, key_list) -> the pages of key_list's leading keys, up to the first
+   key absent (a prefix lookup's level-1 walk). */
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run(keys, pages, mask, key_list)");
+        return NULL;
+    }
+    Keys k;
+    if (keys_open(&k, args[3], 0) < 0) return NULL;
+    Table t;
+    if (table_open(&t, args[0], args[1], args[2]) < 0) {
+        keys_close(&k);
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < k.n && k.held[i]; i++) {
+        Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
+        if (slot < 0) break;
+        PyObject *page = PyLong_FromLong((long)t.page[slot]);
+        if (page == NULL || PyList_Append(out, page) < 0) Py_CLEAR(out);
+        Py_XDECREF(page);
+    }
+    table_close(&t);
+    keys_close(&k);
+    return out;
+}
+
+/* claim(keys, pages, mask, key_list, page_list) -> (holders, placed, gone_reused): each key in
+   turn as dict.setdefault(key, page): its holder (the page it had, or this page, placed in the
+   first vacant slot on its path). The caller has made room (at most 70% of the slots filled
+   after the batch). */
+static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "claim(keys, pages, mask, key_list, page_list)");
+        return NULL;
+    }
+    Keys k;
+    if (keys_open(&k, args[3], 1) < 0) return NULL;
+    int32_t *want = pages_of(args[4], k.n);
+    if (want == NULL) {
+        keys_close(&k);
+        return NULL;
+    }
+    Table t;
+    PyObject *holders = NULL;
+    if (table_open(&t, args[0], args[1], args[2]) < 0) goto done;
+    holders = PyList_New(k.n);
+    Py_ssize_t placed = 0, gone = 0;
+    for (Py_ssize_t i = 0; holders != NULL && i < k.n; i++) {
+        Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
+        if (slot < 0) {
+            gone += t.page[vacant] == GONE;
+            placed += 1;
+            t.key[vacant] = k.keys[i];
+            t.page[vacant] = want[i];
+            slot = vacant;
+        }
+        PyObject *page = PyLong_FromLong((long)t.page[slot]);
+        if (page == NULL) {
+            Py_CLEAR(holders); /* (a slot placed before stays: the caller rebuilds from pages) */
+            break;
+        }
+        PyList_SET_ITEM(holders, i, page);
+    }
+    table_close(&t);
+    if (holders != NULL) {
+        PyObject *result = Py_BuildValue("(Nnn)", holders, placed, gone);
+        holders = result;
+    }
+done:
+    PyMem_Free(want);
+    keys_close(&k);
+    return holders;
+}
+
+/* pop(keys, pages, mask, key_list) -> the page each key held (its slot now a tombstone), or -1
+   for a key absent (ints outside 0..2**64-1 among them), in turn. */
+static PyObject *pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "pop(keys, pages, mask, key_list)");
+        return NULL;
+    }
+    Keys k;
+    if (keys_open(&k, args[3], 0) < 0) return NULL;
+    Table t;
+    if (table_open(&t, args[0], args[1], args[2]) < 0) {
+        keys_close(&k);
+        return NULL;
+    }
+    PyObject *out = PyList_New(k.n);
+    for (Py_ssize_t i = 0; out != NULL && i < k.n; i++) {
+        long page = -1;
+        if (k.held[i]) {
+            Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
+            if (slot >= 0) {
+                page = (long)t.page[slot];
+                t.page[slot] = GONE;
+            }
+        }
+        PyObject *item = PyLong_FromLong(page);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    table_close(&t);
+    keys_close(&k);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"get", (PyCFunction)(void (*)(void))get, METH_FASTCALL, "a key's page or -1"},
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "pages of the leading keys held"},
+    {"claim", (PyCFunction)(void (*)(void))claim, METH_FASTCALL, "setdefault, key by key"},
+    {"pop", (PyCFunction)(void (*)(void))pop, METH_FASTCALL, "pop, key by key (-1: absent)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_slots", .m_size = -1, .m_methods = methods};
+
+PyMODINIT_FUNC PyInit__slots(void) { return PyModule_Create(&module); }

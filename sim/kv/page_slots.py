@@ -1,0 +1,143 @@
+"""The prefix index's level 1: chained page key -> the page holding its slot.
+
+Two implementations answer alike (tests/sim/test_page_slots.py runs both against a dict):
+
+- `TableSlots`, with the native build (sim/native.py): open addressing (linear probing from the
+  key's low bits; keys are well-mixed hashes) in two arrays, the key (uint64) and its page
+  (int32), walked in C (sim/_slots.c). ~12 bytes a slot at most 70% full, tombstones included,
+  against ~76 bytes a key in a dict: at 256 nodes the level 1s hold ~9M keys.
+- `DictSlots`, without it: a dict, with the same batch methods.
+
+A removed key leaves a tombstone (GONE) so the probe paths through it stay whole; once live keys
+and tombstones would fill 70% of the slots, every live key is placed again in a table sized for
+at most 50% live keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from sim import native
+
+_C = native.c_extension("sim._slots")
+
+GONE, EMPTY = -2, -1  # a vacant slot's page code (a page id is >= 0)
+_MAX_FILL = 0.7
+_MAX_LIVE = 0.5
+_MIN_SLOTS = 16
+
+
+class DictSlots(dict[int, int]):
+    """Level 1 as a dict: `claim` is setdefault and `pop_many` pop, key by key (C-level maps)."""
+
+    def claim(self, keys: list[int], pages: list[int]) -> list[int]:
+        """dict.setdefault(key, page) of each pair in turn: each key's holder after it."""
+        return list(map(self.setdefault, keys, pages))
+
+    def pop_many(self, keys: list[int]) -> list[int]:
+        """The page each key held, removed (-1 for a key absent), in turn."""
+        pop = self.pop
+        return [pop(key, -1) for key in keys]
+
+    def run(self, keys: list[int]) -> list[int]:
+        """The pages of the leading keys held, up to the first key absent."""
+        lookup, out = self.get, []
+        for key in keys:
+            page = lookup(key)
+            if page is None:
+                break
+            out.append(page)
+        return out
+
+
+class TableSlots(Mapping[int, int]):
+    """Level 1 in two arrays probed in C (the module docstring); a dict's answers."""
+
+    def __init__(self) -> None:
+        assert _C is not None, "TableSlots needs the native build"
+        self._num_live = 0
+        self._num_gone = 0
+        self._allocate(_MIN_SLOTS)
+
+    def _allocate(self, num_slots: int) -> None:
+        self._keys = np.zeros(num_slots, dtype=np.uint64)
+        self._pages = np.full(num_slots, EMPTY, dtype=np.int32)
+        self._mask = num_slots - 1
+        self._max_filled = int(_MAX_FILL * num_slots)
+
+    # -- reads ---------------------------------------------------------------------------------
+    def get(self, key: int, default: int | None = None) -> int | None:  # type: ignore[override]
+        page = _C.get(self._keys, self._pages, self._mask, key)
+        return default if page < 0 else page
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, int) and _C.get(self._keys, self._pages, self._mask, key) >= 0
+
+    def __getitem__(self, key: int) -> int:
+        page = _C.get(self._keys, self._pages, self._mask, key)
+        if page < 0:
+            raise KeyError(key)
+        return page
+
+    def __len__(self) -> int:
+        return self._num_live
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._keys[self._pages >= 0].tolist())
+
+    def run(self, keys: list[int]) -> list[int]:
+        return _C.run(self._keys, self._pages, self._mask, keys)
+
+    # -- updates -------------------------------------------------------------------------------
+    def claim(self, keys: list[int], pages: list[int]) -> list[int]:
+        if self._num_live + self._num_gone + len(keys) > self._max_filled:
+            self._rebuild(len(keys))
+        try:
+            holders, placed, gone = _C.claim(self._keys, self._pages, self._mask, keys, pages)
+        except MemoryError:  # slots placed before it stay: count them again
+            self._recount()
+            raise
+        self._num_live += placed
+        self._num_gone -= gone
+        return holders
+
+    def setdefault(self, key: int, page: int) -> int:
+        return self.claim([key], [page])[0]
+
+    def pop_many(self, keys: list[int]) -> list[int]:
+        try:
+            popped = _C.pop(self._keys, self._pages, self._mask, keys)
+        except MemoryError:
+            self._recount()
+            raise
+        removed = len(popped) - popped.count(-1)
+        self._num_live -= removed
+        self._num_gone += removed
+        return popped
+
+    def __delitem__(self, key: int) -> None:
+        if self.pop_many([key])[0] < 0:
+            raise KeyError(key)
+
+    def _recount(self) -> None:
+        self._num_live = int(np.count_nonzero(self._pages >= 0))
+        self._num_gone = int(np.count_nonzero(self._pages == GONE))
+
+    def _rebuild(self, incoming: int) -> None:
+        """Every live key placed again, in a table with room for `incoming` more."""
+        target = _MIN_SLOTS
+        while self._num_live + incoming > _MAX_LIVE * target:
+            target *= 2
+        live = self._pages >= 0
+        keys, pages = self._keys[live].tolist(), self._pages[live].tolist()
+        self._allocate(target)
+        self._num_live = self._num_gone = 0
+        _, placed, _ = _C.claim(self._keys, self._pages, self._mask, keys, pages)
+        self._num_live = placed
+
+
+def new_page_slots(compiled: bool = True) -> DictSlots | TableSlots:
+    """Level 1 for one index: arrays probed in C with the native build, else a dict."""
+    return TableSlots() if compiled and _C is not None else DictSlots()
