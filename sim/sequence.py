@@ -104,6 +104,9 @@ class Sequence:
             # the prompt's ids live on as the context's head: one copy of them, not two (at 256
             # nodes, ~6,400 requests in flight hold ~230 MB of prompts)
             self.req.prompt = self.context[: prompt.shape[0]]
+            if (page_size, hash_bits) == (self.key_page_size, self.key_hash_bits):
+                # so do the prompt's keys (the chained key of a page depends on no later token)
+                self.keys = self.context_keys[: prompt.shape[0] // page_size]
         assert self.context_keys is not None  # built with the context
         return self.context, self.context_keys
 

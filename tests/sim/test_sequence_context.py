@@ -9,7 +9,7 @@ from sim.request import Request
 from sim.sequence import new_sequence
 
 
-def test_the_prompt_becomes_the_contexts_head_with_the_same_ids():
+def test_the_prompt_and_its_keys_become_the_contexts_head_with_the_same_values():
     prompt = np.arange(37, dtype=np.int32) * 11
     req = Request(request_id=5, prompt=prompt.copy(), output_tokens=9)
     seq = new_sequence(req, page_size=4, hash_bits=64, now=0.0)
@@ -20,4 +20,5 @@ def test_the_prompt_becomes_the_contexts_head_with_the_same_ids():
     assert req.prompt.dtype == np.int32 and req.prompt_tokens == 37
     assert context_keys.tolist() == page_keys(context, 4, 64).tolist()
     assert context_keys[: keys.size].tolist() == keys.tolist()  # the prompt's keys lead
+    assert np.shares_memory(seq.keys, context_keys) and seq.keys.tolist() == keys.tolist()
     assert seq.context_pages(4, 64)[0] is context  # built once
