@@ -69,11 +69,13 @@ static void table_close(Table *t) {
     PyBuffer_Release(&t->pages);
 }
 
-/* From key's home: its slot or -1, and the first vacant (GONE or EMPTY) slot on its path. */
+/* From key's home: its slot or -1, and the first vacant (GONE or EMPTY) slot on its path (-1
+   if none: a table without an EMPTY slot, which the caller's fill bound rules out, is walked
+   once round and never loops). */
 static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
     uint64_t slot = key & t->mask;
     *vacant = -1;
-    for (;;) {
+    for (uint64_t steps = 0; steps <= t->mask; steps++) {
         int32_t page = t->page[slot];
         if (page == EMPTY) {
             if (*vacant < 0) *vacant = (Py_ssize_t)slot;
@@ -86,6 +88,7 @@ static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
         }
         slot = (slot + 1) & t->mask;
     }
+    return -1;
 }
 
 /* key as a uint64: 1; 0 if it is an int outside 0..2**64-1 (no table holds it); -1 with an
@@ -200,23 +203,31 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "run(keys, pages, mask, key_list)");
         return NULL;
     }
-    Keys k;
-    if (keys_open(&k, args[3], 0) < 0) return NULL;
+    /* A read changes no slot: each key is converted when it is reached (a walk that misses at
+       its first key costs one probe, not a conversion of the whole prompt's keys). */
+    PyObject *items = PySequence_Tuple(args[3]);
+    if (items == NULL) return NULL;
     Table t;
     if (table_open(&t, args[0], args[1], args[2]) < 0) {
-        keys_close(&k);
+        Py_DECREF(items);
         return NULL;
     }
     PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out != NULL && i < k.n && k.held[i]; i++) {
-        Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
+    for (Py_ssize_t i = 0; out != NULL && i < PyTuple_GET_SIZE(items); i++) {
+        uint64_t key;
+        int ok = as_key(PyTuple_GET_ITEM(items, i), &key);
+        if (ok < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+        Py_ssize_t vacant, slot = ok ? probe(&t, key, &vacant) : -1;
         if (slot < 0) break;
         PyObject *page = PyLong_FromLong((long)t.page[slot]);
         if (page == NULL || PyList_Append(out, page) < 0) Py_CLEAR(out);
         Py_XDECREF(page);
     }
     table_close(&t);
-    keys_close(&k);
+    Py_DECREF(items);
     return out;
 }
 
@@ -244,6 +255,11 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Py_ssize_t placed = 0, gone = 0;
     for (Py_ssize_t i = 0; holders != NULL && i < k.n; i++) {
         Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
+        if (slot < 0 && vacant < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "no vacant slot: the caller's fill bound broke");
+            Py_CLEAR(holders);
+            break;
+        }
         if (slot < 0) {
             gone += t.page[vacant] == GONE;
             placed += 1;

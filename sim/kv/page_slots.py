@@ -15,6 +15,7 @@ at most 50% live keys.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -69,14 +70,22 @@ class TableSlots(Mapping[int, int]):
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, key: int, default: int | None = None) -> int | None:  # type: ignore[override]
-        page = _C.get(self._keys, self._pages, self._mask, key)
+        page = self._page_of(key)
         return default if page < 0 else page
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, int) and _C.get(self._keys, self._pages, self._mask, key) >= 0
+        return self._page_of(key) >= 0
+
+    def _page_of(self, key: object) -> int:
+        """The key's page, or -1 (a key no int equals, as a dict of int keys finds nothing)."""
+        try:
+            key = operator.index(key)  # type: ignore[arg-type]
+        except TypeError:
+            return -1
+        return _C.get(self._keys, self._pages, self._mask, key)
 
     def __getitem__(self, key: int) -> int:
-        page = _C.get(self._keys, self._pages, self._mask, key)
+        page = self._page_of(key)
         if page < 0:
             raise KeyError(key)
         return page
@@ -96,7 +105,7 @@ class TableSlots(Mapping[int, int]):
             self._rebuild(len(keys))
         try:
             holders, placed, gone = _C.claim(self._keys, self._pages, self._mask, keys, pages)
-        except MemoryError:  # slots placed before it stay: count them again
+        except Exception:  # (out of memory part way) slots placed before it stay: count them again
             self._recount()
             raise
         self._num_live += placed
@@ -109,7 +118,7 @@ class TableSlots(Mapping[int, int]):
     def pop_many(self, keys: list[int]) -> list[int]:
         try:
             popped = _C.pop(self._keys, self._pages, self._mask, keys)
-        except MemoryError:
+        except Exception:
             self._recount()
             raise
         removed = len(popped) - popped.count(-1)
@@ -132,10 +141,13 @@ class TableSlots(Mapping[int, int]):
             target *= 2
         live = self._pages >= 0
         keys, pages = self._keys[live].tolist(), self._pages[live].tolist()
-        self._allocate(target)
-        self._num_live = self._num_gone = 0
-        _, placed, _ = _C.claim(self._keys, self._pages, self._mask, keys, pages)
-        self._num_live = placed
+        new_keys = np.zeros(target, dtype=np.uint64)
+        new_pages = np.full(target, EMPTY, dtype=np.int32)
+        _, placed, _ = _C.claim(new_keys, new_pages, target - 1, keys, pages)
+        # swapped in only once every key is placed: a failure leaves the old table whole
+        self._keys, self._pages, self._mask = new_keys, new_pages, target - 1
+        self._max_filled = int(_MAX_FILL * target)
+        self._num_live, self._num_gone = placed, 0
 
 
 def new_page_slots(compiled: bool = True) -> DictSlots | TableSlots:

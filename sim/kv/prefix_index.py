@@ -101,7 +101,9 @@ class TwoLevelIndex(IndexBase):
     ) -> list[int]:
         """Index consecutive full pages of one prefix, the first hanging under `parent`.
 
-        tokens: int32 [len(pages), page_size]. Returns the positions (in `pages`) indexed. Level 2
+        tokens: int32 [len(pages), page_size]; the pages are not indexed yet (the cache's
+        `store_pages` skips those that are), so a key that ends up held by its own page was free.
+        Returns the positions (in `pages`) indexed. Level 2
         on: a leading run, stopping at the first page already indexed under another id (a
         duplicate: nothing below it would be reachable through this chain). hash_only: see
         `_insert_trusting`.
@@ -165,7 +167,7 @@ class TwoLevelIndex(IndexBase):
         start = 0
         for i, (key, page) in enumerate(zip(keys, pages, strict=True)):
             holder = slots.setdefault(key, page)
-            if holder == page:  # (a page not indexed yet holds no slot: the key was free)
+            if holder == page:  # the key was free (the chain's pages are not indexed yet)
                 placed.append(i)
                 continue
             self._link_run(pages, keys, tokens, start, i, parent)

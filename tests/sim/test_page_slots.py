@@ -57,6 +57,13 @@ def apply_to(slots, op: str, arg):
     return slots.get(arg)
 
 
+def check_counts(slots: TableSlots) -> None:
+    """The counts the fill bound is kept by are the arrays' own, under the bound."""
+    assert slots._num_live == int((slots._pages >= 0).sum())
+    assert slots._num_gone == int((slots._pages == page_slots.GONE).sum())
+    assert slots._num_live + slots._num_gone <= slots._max_filled
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=150, deadline=None)
 @given(ops=OPS)
@@ -65,6 +72,8 @@ def test_every_answer_is_a_dicts(kind, ops):
     for op, arg in ops:
         assert apply_to(slots, op, arg) == apply_to_dict(reference, op, arg)
         assert len(slots) == len(reference)
+        if kind == "table":
+            check_counts(slots)
     assert dict(slots.items()) == reference
     assert sorted(slots) == sorted(reference)
     for key in reference:
@@ -84,8 +93,39 @@ def test_a_table_grows_and_reuses_its_tombstones_without_losing_a_key(kind):
     assert len(slots) == len(reference) == 6 * 1500
     assert dict(slots.items()) == reference
     if kind == "table":  # tombstones and live keys stay under the fill bound
-        filled = int((slots._pages != page_slots.EMPTY).sum())
-        assert filled <= page_slots._MAX_FILL * slots._pages.size
+        check_counts(slots)
+
+
+@needs_c
+def test_a_key_claimed_again_takes_its_own_tombstone():
+    slots = TableSlots()
+    slots.claim([3], [7])
+    assert slots.pop_many([3]) == [7] and slots._num_gone == 1
+    slots.claim([3], [8])  # its home slot is its old tombstone
+    assert slots._num_gone == 0 and slots[3] == 8
+    check_counts(slots)
+
+
+@needs_c
+def test_a_rebuild_that_fails_leaves_the_table_whole(monkeypatch):
+    slots = TableSlots()
+    keys = list(range(1, 12))  # 11 keys: a 16-slot table is at its bound
+    slots.claim(keys, list(range(11)))
+
+    class Failing:  # the rebuild's claim runs out of memory
+        def __getattr__(self, name):
+            if name == "claim":
+                raise MemoryError
+            return getattr(page_slots._C, name)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(page_slots, "_C", Failing())
+        with pytest.raises(MemoryError):
+            slots.claim([99], [5])
+    assert dict(slots.items()) == dict(zip(keys, range(11), strict=True))
+    check_counts(slots)
+    slots.claim([99], [5])
+    assert len(slots) == 12 and slots[99] == 5
 
 
 @needs_c
@@ -101,6 +141,16 @@ def test_a_batch_with_a_bad_key_or_page_changes_nothing():
     with pytest.raises(ValueError):
         slots.claim([3, 4], [12])
     assert dict(slots.items()) == {1: 10, 2: 11} and len(slots) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_keys_are_found_by_their_int_value_and_other_objects_are_absent(kind):
+    import numpy as np
+
+    slots = make(kind)
+    slots.claim([5], [1])
+    assert np.uint64(5) in slots and slots.get(np.int64(5)) == 1 and slots[np.uint64(5)] == 1
+    assert "x" not in slots and slots.get("x") is None  # type: ignore[call-overload]
 
 
 @needs_c
