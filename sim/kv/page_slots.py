@@ -60,13 +60,12 @@ class TableSlots(Mapping[int, int]):
         assert _C is not None, "TableSlots needs the native build"
         self._num_live = 0
         self._num_gone = 0
-        self._allocate(_MIN_SLOTS)
+        self._use(*_empty_arrays(_MIN_SLOTS))
 
-    def _allocate(self, num_slots: int) -> None:
-        self._keys = np.zeros(num_slots, dtype=np.uint64)
-        self._pages = np.full(num_slots, EMPTY, dtype=np.int32)
-        self._mask = num_slots - 1
-        self._max_filled = int(_MAX_FILL * num_slots)
+    def _use(self, keys: np.ndarray, pages: np.ndarray) -> None:
+        self._keys, self._pages = keys, pages
+        self._mask = keys.size - 1
+        self._max_filled = int(_MAX_FILL * keys.size)
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, key: int, default: int | None = None) -> int | None:  # type: ignore[override]
@@ -141,13 +140,15 @@ class TableSlots(Mapping[int, int]):
             target *= 2
         live = self._pages >= 0
         keys, pages = self._keys[live].tolist(), self._pages[live].tolist()
-        new_keys = np.zeros(target, dtype=np.uint64)
-        new_pages = np.full(target, EMPTY, dtype=np.int32)
+        new_keys, new_pages = _empty_arrays(target)
         _, placed, _ = _C.claim(new_keys, new_pages, target - 1, keys, pages)
         # swapped in only once every key is placed: a failure leaves the old table whole
-        self._keys, self._pages, self._mask = new_keys, new_pages, target - 1
-        self._max_filled = int(_MAX_FILL * target)
+        self._use(new_keys, new_pages)
         self._num_live, self._num_gone = placed, 0
+
+
+def _empty_arrays(num_slots: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(num_slots, dtype=np.uint64), np.full(num_slots, EMPTY, dtype=np.int32)
 
 
 def new_page_slots(compiled: bool = True) -> DictSlots | TableSlots:
