@@ -42,7 +42,7 @@ COMPILED = (
     "sim.router",
 )
 # Written in C (CPython's API), built beside them and recorded with them: used only together.
-C_EXTENSIONS = ("sim._holders", "sim._slots")
+C_EXTENSIONS = ("sim._holders", "sim._slots", "sim._pagekeys")
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = Path(__file__).with_name("native.json")
 PURE_ENV = "KVSCHED_PURE"

@@ -14,6 +14,7 @@ import pytest
 import sim
 from sim import holder_table, native
 from sim.holder_table import HolderTable
+from sim.kv import hashing
 from sim.kv.page_slots import TableSlots
 from sim.kv.prefix_index import TwoLevelIndex
 
@@ -105,6 +106,11 @@ def test_the_routing_table_probes_in_c_with_the_build():
 def test_the_prefix_index_level_1_is_the_c_table_with_the_build():
     _needs_the_build()
     assert isinstance(TwoLevelIndex(8, 4).key_to_page, TableSlots)
+
+
+def test_page_keys_are_hashed_in_c_with_the_build():
+    _needs_the_build()
+    assert hashing._C is not None
 
 
 @pytest.mark.parametrize(

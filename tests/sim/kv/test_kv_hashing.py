@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.kv.hashing import page_keys
+from sim.kv import hashing
+from sim.kv.hashing import chained_page_keys, page_keys
 
 PAGE = 4
 
@@ -52,3 +53,39 @@ def test_one_token_changed_changes_every_key_from_its_page_on(tokens, data):
     assert (ka[page:] != kb[page:]).all()
     n = data.draw(st.integers(0, a.size))  # prefix stable: a shorter prompt keeps its keys
     assert (page_keys(a[:n], PAGE) == ka[: n // PAGE]).all()
+
+
+def _numpy_keys(*args) -> tuple[np.ndarray, int]:
+    """chained_page_keys with its numpy loop (the C one set aside)."""
+    compiled, hashing._C = hashing._C, None
+    try:
+        return chained_page_keys(*args)
+    finally:
+        hashing._C = compiled
+
+
+@pytest.mark.skipif(hashing._C is None, reason="the native build is not in use")
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([np.int32, np.int64]),
+    st.integers(1, 17),
+    st.integers(0, 120),
+    st.integers(1, 64),
+    st.data(),
+)
+def test_the_c_loop_gives_the_numpy_keys_and_carry_bit_for_bit(dtype, page, n, bits, data):
+    info = np.iinfo(dtype)
+    values = st.integers(int(info.min), int(info.max))
+    tokens = np.array(data.draw(st.lists(values, min_size=n, max_size=n)), dtype=dtype)
+    first = data.draw(st.integers(0, n // page + 1))
+    carry = data.draw(st.sampled_from([0, 1, 2**64 - 1]) | st.integers(0, 2**64 - 1))
+    keys, after = chained_page_keys(tokens, page, bits, first, carry)
+    expected, expected_after = _numpy_keys(tokens, page, bits, first, carry)
+    assert keys.dtype == np.uint64 and keys.tolist() == expected.tolist()
+    assert after == expected_after
+
+
+def test_strided_and_other_dtypes_take_the_numpy_loop_with_the_same_keys():
+    tokens = np.arange(-20, 44, dtype=np.int64)
+    assert page_keys(tokens[::2], PAGE).tolist() == page_keys(tokens[::2].copy(), PAGE).tolist()
+    assert page_keys(tokens.astype(np.int16), PAGE).tolist() == page_keys(tokens, PAGE).tolist()
