@@ -79,8 +79,10 @@ class PagePool:
         self.ref_count = np.zeros(num_pages, dtype=np.int32)
         self.state = np.zeros(num_pages, dtype=np.int8)  # PageState
         self.read_until_s = np.full(num_pages, -np.inf)  # when the page's last reader exits
-        self.release_epoch = np.zeros(num_pages, dtype=np.int64)  # epoch its count last hit zero
-        self._ring = np.arange(num_pages, dtype=np.int64)  # FIFO free list: ring[head : head+count]
+        # int32, 4 bytes a page less each at hundreds of nodes: page ids, and epochs (batch steps:
+        # 2**31 of them is months of simulated time; numpy refuses a larger epoch, never wraps it)
+        self.release_epoch = np.zeros(num_pages, dtype=np.int32)  # epoch its count last hit zero
+        self._ring = np.arange(num_pages, dtype=np.int32)  # FIFO free list: ring[head : head+count]
         self._head = 0
         self.num_free = num_pages
         self.epochs = Epochs()
@@ -98,7 +100,7 @@ class PagePool:
 
     # -- queries ---------------------------------------------------------------------------
     def free_pages(self) -> np.ndarray:
-        """int64 [num_free]: the free list, oldest first."""
+        """int32 [num_free]: the free list, oldest first."""
         return self._ring[(self._head + np.arange(self.num_free)) % self.num_pages]
 
     def check_invariants(self) -> None:
@@ -304,7 +306,7 @@ class PagePool:
         self.num_free += n
 
     def _ring_slice(self, start: int, n: int) -> np.ndarray:
-        """int64 [n]: the ring's entries start, start + 1, ... (wrapping); a view when they do
+        """int32 [n]: the ring's entries start, start + 1, ... (wrapping); a view when they do
         not wrap (read at once, before the ring changes)."""
         if start + n <= self.num_pages:
             return self._ring[start : start + n]
