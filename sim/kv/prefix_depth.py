@@ -27,6 +27,9 @@ ROOT = -1
 # conversation, or the next page of a request, continues from there without a walk.
 PATH_MEMO_TAILS = 64
 MAX_WAITING = 60_000  # waiting chains (a held count fits 16 bits); past it all are applied
+# Ancestor paths hold page ids: int32, as the index's links (half the bytes of int64; at 256
+# nodes the waiting and remembered paths are ~100 MB in int64)
+PATH_DTYPE = np.int32
 
 
 class PrefixDepths:
@@ -147,7 +150,7 @@ class PrefixDepths:
     def _path_to(self, page: int) -> tuple[np.ndarray, int]:
         """`page` and its ancestors, root first, in buffer[:length] (empty for ROOT)."""
         if page == ROOT:
-            return np.zeros(16, dtype=np.int64), 0
+            return np.zeros(16, dtype=PATH_DTYPE), 0
         memo = self._paths.pop(page, None)
         if memo is not None:
             version, buffer, length = memo
@@ -157,7 +160,7 @@ class PrefixDepths:
         while page != ROOT:
             path.append(page)
             page = int(self.parent[page])
-        return _extend(np.zeros(2 * len(path), dtype=np.int64), 0, path[::-1])
+        return _extend(np.zeros(2 * len(path), dtype=PATH_DTYPE), 0, path[::-1])
 
     def _still_linked(self, page: int, ancestors: np.ndarray) -> bool:
         """Do the parent links still give `page` these ancestors (root first)?"""
@@ -179,7 +182,7 @@ def _extend(buffer: np.ndarray, length: int, pages) -> tuple[np.ndarray, int]:
     """Append `pages` to buffer[:length], growing it by half."""
     end = length + len(pages)
     if end > buffer.size:
-        grown = np.zeros(max(buffer.size + buffer.size // 2, end), dtype=np.int64)
+        grown = np.zeros(max(buffer.size + buffer.size // 2, end), dtype=PATH_DTYPE)
         grown[:length] = buffer[:length]
         buffer = grown
     buffer[length:end] = pages

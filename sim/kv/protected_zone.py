@@ -29,7 +29,7 @@ class ProtectedZone:
 
     def on_request(self, pages: list[int]) -> None:
         """A request was admitted and reused `pages` (possibly none: it still counts in the window)."""
-        arr = np.asarray(pages, dtype=np.int64)
+        arr = np.asarray(pages, dtype=np.int32)  # kept for the window: page ids fit int32
         self.counts[arr] += 1
         self.num_hot += int(np.count_nonzero(self.counts[arr] == self.min_count))
         self._recent.append((arr, self.generation[arr]))
