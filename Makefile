@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[kernels,ray,dev]'
 	touch $(STAMP)
 
-# The simulator's hot modules compiled with mypyc and its C extension (sim/native.py,
+# The simulator's hot modules compiled with mypyc and its C extensions (sim/native.py,
 # scripts/build_native.py), again whenever a simulator source changes; a failed build leaves
 # the sources in use.
 $(NATIVE): $(STAMP) $(wildcard sim/*.py sim/*/*.py sim/*.c)

@@ -75,7 +75,7 @@ def build() -> int:
     shared.replace(shared_of(name))
     RECORD.write_text(json.dumps({"sources": record, "shared": name}, indent=1) + "\n")
     print(
-        f"compiled {len(COMPILED)} modules with mypyc and {len(C_EXTENSIONS)} C extension "
+        f"compiled {len(COMPILED)} modules with mypyc and {len(C_EXTENSIONS)} C extensions "
         f"({RECORD.relative_to(ROOT)})"
     )
     return 0

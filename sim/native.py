@@ -3,7 +3,8 @@
 `make setup` (scripts/build_native.py) compiles the modules in `COMPILED` with mypyc: each gets a
 `.so` beside its `.py`, plus one shared library (moved into `sim/`), and `sim/native.json`
 records the SHA-256 of every source compiled. The same build compiles the C extensions in
-`C_EXTENSIONS` (the routing table's probe loops, `sim/_holders.c`), recorded and used with them.
+`C_EXTENSIONS` (the routing table's probe loops, `sim/_holders.c`; the prefix index's level 1,
+`sim/_slots.c`; the chained page keys' loop, `sim/_pagekeys.c`), recorded and used with them.
 An extension module shadows the source beside it, so a source edited since would be ignored
 silently. `import sim` therefore checks the record first. If any compiled source has changed
 since (or the record is missing, or `KVSCHED_PURE=1` is set), every module in `COMPILED` is
