@@ -1,10 +1,15 @@
 /* The prefix index's level 1 in C: page key -> page, the loops of sim/kv/page_slots.py.
 
    The table is two arrays the Python side owns: keys (uint64) and pages (int32: a page id, or
-   GONE, EMPTY), one slot each, linear probing from key & mask. Each function walks the keys'
-   probe paths in the order given, exactly as a dict's get, setdefault and pop would answer
-   them one after another (tests/sim/test_page_slots.py compares the two). Every key is
-   converted before any slot changes, so a batch with a bad key fails whole.
+   EMPTY), one slot each, linear probing from key & mask. Each function walks the keys' probe
+   paths in the order given, exactly as a dict's get, setdefault and pop would answer them one
+   after another (tests/sim/test_page_slots.py compares the two). Every key is converted before
+   any slot changes, so a batch with a bad key fails whole.
+
+   A removal closes the gap it leaves (backward-shift deletion: a later key of the same cluster
+   whose home is not between the gap and it moves into the gap, and so on to the cluster's end),
+   so no probe path ever crosses an empty slot before its key and there are no tombstones: the
+   table holds live keys only and never needs rebuilding to shed removed ones.
 
    Built by scripts/build_native.py, used only while sim/native.json records this source. */
 
@@ -13,7 +18,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define GONE (-2)
 #define EMPTY (-1)
 
 typedef struct {
@@ -69,26 +73,39 @@ static void table_close(Table *t) {
     PyBuffer_Release(&t->pages);
 }
 
-/* From key's home: its slot or -1, and the first vacant (GONE or EMPTY) slot on its path (-1
-   if none: a table without an EMPTY slot, which the caller's fill bound rules out, is walked
-   once round and never loops). */
+/* From key's home: its slot or -1, and the EMPTY slot that ends its path (where it would go;
+   -1 if none: a table without an EMPTY slot, which the caller's fill bound rules out, is
+   walked once round and never loops). */
 static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
     uint64_t slot = key & t->mask;
     *vacant = -1;
     for (uint64_t steps = 0; steps <= t->mask; steps++) {
-        int32_t page = t->page[slot];
-        if (page == EMPTY) {
-            if (*vacant < 0) *vacant = (Py_ssize_t)slot;
+        if (t->page[slot] == EMPTY) {
+            *vacant = (Py_ssize_t)slot;
             return -1;
         }
-        if (page == GONE) {
-            if (*vacant < 0) *vacant = (Py_ssize_t)slot;
-        } else if (t->key[slot] == key) {
-            return (Py_ssize_t)slot;
-        }
+        if (t->key[slot] == key) return (Py_ssize_t)slot;
         slot = (slot + 1) & t->mask;
     }
     return -1;
+}
+
+/* The key at `slot` removed and its cluster closed up behind it: each later key of the cluster
+   that may sit in the gap (its home is not in (gap, its slot], cyclically) moves into it, and
+   its own slot becomes the gap; the gap left at the cluster's end is emptied. */
+static void remove_at(Table *t, uint64_t gap) {
+    uint64_t mask = t->mask, next = gap;
+    for (uint64_t steps = 0; steps < mask; steps++) {
+        next = (next + 1) & mask;
+        if (t->page[next] == EMPTY) break;
+        uint64_t home = t->key[next] & mask;
+        if (((next - home) & mask) < ((next - gap) & mask)) continue; /* home in (gap, next] */
+        t->key[gap] = t->key[next];
+        t->page[gap] = t->page[next];
+        gap = next;
+    }
+    t->key[gap] = 0;
+    t->page[gap] = EMPTY;
 }
 
 /* key as a uint64: 1; 0 if it is an int outside 0..2**64-1 (no table holds it); -1 with an
@@ -231,9 +248,9 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return out;
 }
 
-/* claim(keys, pages, mask, key_list, page_list) -> (holders, placed, gone_reused): each key in
-   turn as dict.setdefault(key, page): its holder (the page it had, or this page, placed in the
-   first vacant slot on its path). The caller has made room (at most 70% of the slots filled
+/* claim(keys, pages, mask, key_list, page_list) -> (holders, placed): each key in turn as
+   dict.setdefault(key, page): its holder (the page it had, or this page, placed in the empty
+   slot that ends its path). The caller has made room (at most 70% of the slots filled
    after the batch). */
 static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -252,7 +269,7 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     PyObject *holders = NULL;
     if (table_open(&t, args[0], args[1], args[2]) < 0) goto done;
     holders = PyList_New(k.n);
-    Py_ssize_t placed = 0, gone = 0;
+    Py_ssize_t placed = 0;
     for (Py_ssize_t i = 0; holders != NULL && i < k.n; i++) {
         Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
         if (slot < 0 && vacant < 0) {
@@ -261,7 +278,6 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             break;
         }
         if (slot < 0) {
-            gone += t.page[vacant] == GONE;
             placed += 1;
             t.key[vacant] = k.keys[i];
             t.page[vacant] = want[i];
@@ -276,7 +292,7 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     }
     table_close(&t);
     if (holders != NULL) {
-        PyObject *result = Py_BuildValue("(Nnn)", holders, placed, gone);
+        PyObject *result = Py_BuildValue("(Nn)", holders, placed);
         holders = result;
     }
 done:
@@ -285,8 +301,8 @@ done:
     return holders;
 }
 
-/* pop(keys, pages, mask, key_list) -> the page each key held (its slot now a tombstone), or -1
-   for a key absent (ints outside 0..2**64-1 among them), in turn. */
+/* pop(keys, pages, mask, key_list) -> the page each key held (removed, its cluster closed up),
+   or -1 for a key absent (ints outside 0..2**64-1 among them), in turn. */
 static PyObject *pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 4) {
@@ -307,7 +323,7 @@ static PyObject *pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
             if (slot >= 0) {
                 page = (long)t.page[slot];
-                t.page[slot] = GONE;
+                remove_at(&t, (uint64_t)slot);
             }
         }
         PyObject *item = PyLong_FromLong(page);

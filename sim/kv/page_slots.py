@@ -4,13 +4,15 @@ Two implementations answer alike (tests/sim/test_page_slots.py runs both against
 
 - `TableSlots`, with the native build (sim/native.py): open addressing (linear probing from the
   key's low bits; keys are well-mixed hashes) in two arrays, the key (uint64) and its page
-  (int32), walked in C (sim/_slots.c). ~12 bytes a slot at most 70% full, tombstones included,
-  against ~76 bytes a key in a dict: at 256 nodes the level 1s hold ~9M keys.
+  (int32), walked in C (sim/_slots.c). ~12 bytes a slot at most 70% full, against ~76 bytes a
+  key in a dict: at 256 nodes the level 1s hold ~9M keys.
 - `DictSlots`, without it: a dict, with the same batch methods.
 
-A removed key leaves a tombstone (GONE) so the probe paths through it stay whole; once live keys
-and tombstones would fill 70% of the slots, every live key is placed again in a table sized for
-at most 50% live keys.
+A removal closes up its cluster (backward-shift deletion, in C), so the table holds live keys
+only: it grows (every key placed again in the smallest power of two they fill at most 70% of)
+only when its live keys would pass 70%, and a level 1, which never holds more keys than its
+pool has pages, stays at that bound's table: 65,536 slots for a 34,800-page pool, where leaving
+tombstones and rebuilding for 50% live keys had grown it to 131,072 (0.8 MB a node more).
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from sim import native
 
 _C = native.c_extension("sim._slots")
 
-GONE, EMPTY = -2, -1  # a vacant slot's page code (a page id is >= 0)
+EMPTY = -1  # a vacant slot's page code (a page id is >= 0)
 _MAX_FILL = 0.7
-_MAX_LIVE = 0.5
 _MIN_SLOTS = 16
 
 
@@ -59,7 +60,6 @@ class TableSlots(Mapping[int, int]):
     def __init__(self) -> None:
         assert _C is not None, "TableSlots needs the native build"
         self._num_live = 0
-        self._num_gone = 0
         self._use(*_empty_arrays(_MIN_SLOTS))
 
     def _use(self, keys: np.ndarray, pages: np.ndarray) -> None:
@@ -100,15 +100,14 @@ class TableSlots(Mapping[int, int]):
 
     # -- updates -------------------------------------------------------------------------------
     def claim(self, keys: list[int], pages: list[int]) -> list[int]:
-        if self._num_live + self._num_gone + len(keys) > self._max_filled:
-            self._rebuild(len(keys))
+        if self._num_live + len(keys) > self._max_filled:
+            self._grow(len(keys))
         try:
-            holders, placed, gone = _C.claim(self._keys, self._pages, self._mask, keys, pages)
+            holders, placed = _C.claim(self._keys, self._pages, self._mask, keys, pages)
         except Exception:  # (out of memory part way) slots placed before it stay: count them again
             self._recount()
             raise
         self._num_live += placed
-        self._num_gone -= gone
         return holders
 
     def setdefault(self, key: int, page: int) -> int:
@@ -120,9 +119,7 @@ class TableSlots(Mapping[int, int]):
         except Exception:
             self._recount()
             raise
-        removed = len(popped) - popped.count(-1)
-        self._num_live -= removed
-        self._num_gone += removed
+        self._num_live -= len(popped) - popped.count(-1)
         return popped
 
     def __delitem__(self, key: int) -> None:
@@ -131,20 +128,20 @@ class TableSlots(Mapping[int, int]):
 
     def _recount(self) -> None:
         self._num_live = int(np.count_nonzero(self._pages >= 0))
-        self._num_gone = int(np.count_nonzero(self._pages == GONE))
 
-    def _rebuild(self, incoming: int) -> None:
-        """Every live key placed again, in a table with room for `incoming` more."""
+    def _grow(self, incoming: int) -> None:
+        """Every key placed again, in the smallest table they and `incoming` more fill at most
+        70% of."""
         target = _MIN_SLOTS
-        while self._num_live + incoming > _MAX_LIVE * target:
+        while self._num_live + incoming > _MAX_FILL * target:
             target *= 2
         live = self._pages >= 0
         keys, pages = self._keys[live].tolist(), self._pages[live].tolist()
         new_keys, new_pages = _empty_arrays(target)
-        _, placed, _ = _C.claim(new_keys, new_pages, target - 1, keys, pages)
+        _, placed = _C.claim(new_keys, new_pages, target - 1, keys, pages)
         # swapped in only once every key is placed: a failure leaves the old table whole
         self._use(new_keys, new_pages)
-        self._num_live, self._num_gone = placed, 0
+        self._num_live = placed
 
 
 def _empty_arrays(num_slots: int) -> tuple[np.ndarray, np.ndarray]:

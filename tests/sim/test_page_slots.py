@@ -58,10 +58,16 @@ def apply_to(slots, op: str, arg):
 
 
 def check_counts(slots: TableSlots) -> None:
-    """The counts the fill bound is kept by are the arrays' own, under the bound."""
-    assert slots._num_live == int((slots._pages >= 0).sum())
-    assert slots._num_gone == int((slots._pages == page_slots.GONE).sum())
-    assert slots._num_live + slots._num_gone <= slots._max_filled
+    """The count the fill bound is kept by is the arrays' own, under the bound; every vacant slot
+    is EMPTY; and no key's probe path crosses an empty slot before it (what lets removals close
+    up their clusters instead of leaving tombstones)."""
+    pages, keys, mask = slots._pages, slots._keys, slots._mask
+    assert slots._num_live == int((pages >= 0).sum()) <= slots._max_filled
+    assert set(pages[pages < 0].tolist()) <= {page_slots.EMPTY}
+    for slot in (pages >= 0).nonzero()[0].tolist():
+        home = int(keys[slot]) & mask
+        path = [(home + step) & mask for step in range(((slot - home) & mask) + 1)]
+        assert all(pages[p] >= 0 for p in path), (slot, home)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -81,7 +87,7 @@ def test_every_answer_is_a_dicts(kind, ops):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_table_grows_and_reuses_its_tombstones_without_losing_a_key(kind):
+def test_a_table_grows_and_refills_removed_slots_without_losing_a_key(kind):
     slots, reference = make(kind), {}
     for round_ in range(6):
         keys = [(round_ * 7919 + i) * 0x9E3779B97F4A7C15 % 2**64 for i in range(3000)]
@@ -92,18 +98,43 @@ def test_a_table_grows_and_reuses_its_tombstones_without_losing_a_key(kind):
         assert slots.pop_many(gone) == [reference.pop(k, -1) for k in gone]
     assert len(slots) == len(reference) == 6 * 1500
     assert dict(slots.items()) == reference
-    if kind == "table":  # tombstones and live keys stay under the fill bound
+    if kind == "table":  # live keys stay under the fill bound, in the smallest table for them
         check_counts(slots)
+        assert slots._keys.size == 16384  # 9,000 live keys: 70% of 16,384 (11,468), not 8,192
+
+
+def slot_map(slots: TableSlots) -> dict[int, tuple[int, int]]:
+    """slot -> (key, page) of every filled slot."""
+    filled = (slots._pages >= 0).nonzero()[0].tolist()
+    return {s: (int(slots._keys[s]), int(slots._pages[s])) for s in filled}
 
 
 @needs_c
-def test_a_key_claimed_again_takes_its_own_tombstone():
-    slots = TableSlots()
-    slots.claim([3], [7])
-    assert slots.pop_many([3]) == [7] and slots._num_gone == 1
-    slots.claim([3], [8])  # its home slot is its old tombstone
-    assert slots._num_gone == 0 and slots[3] == 8
+def test_a_removal_closes_up_its_cluster():
+    slots = TableSlots()  # 16 slots: a key's home is its low 4 bits
+    slots.claim([1, 17, 33, 2], [10, 11, 12, 13])  # 1, 17, 33 home at 1; 2 at 2, pushed to 4
+    assert slot_map(slots) == {1: (1, 10), 2: (17, 11), 3: (33, 12), 4: (2, 13)}
+    assert slots.pop_many([17]) == [11]
+    # 33 moves back into 17's slot, then 2 into 33's: the cluster ends one slot sooner
+    assert slot_map(slots) == {1: (1, 10), 2: (33, 12), 3: (2, 13)}
+    assert slots.pop_many([1]) == [10]  # 33 into slot 1, then 2 back to its home, slot 2
+    assert slot_map(slots) == {1: (33, 12), 2: (2, 13)}
+    slots.claim([4], [14])  # home 4, its own slot: nothing moves for it
+    assert slots.pop_many([33]) == [12]  # 2 stays: its home is the gap's successor, itself
+    assert slot_map(slots) == {2: (2, 13), 4: (4, 14)}
     check_counts(slots)
+
+
+@needs_c
+def test_a_removal_closes_up_a_cluster_that_wraps_round():
+    slots = TableSlots()
+    slots.claim([15, 31, 47, 0], [1, 2, 3, 4])  # home 15 thrice: slots 15, 0, 1; 0 pushed to 2
+    assert slot_map(slots) == {15: (15, 1), 0: (31, 2), 1: (47, 3), 2: (0, 4)}
+    assert slots.pop_many([15]) == [1]
+    assert slot_map(slots) == {15: (31, 2), 0: (47, 3), 1: (0, 4)}
+    check_counts(slots)
+    slots.claim([15], [9])  # back at the cluster's end, found by its path
+    assert slots[15] == 9 and slots.run([31, 47, 0, 15]) == [2, 3, 4, 9]
 
 
 @needs_c
