@@ -1,12 +1,17 @@
 /* The routing table's probe loops in C (sim/holder_table.py says what the table is).
 
    The table is two arrays the Python side owns: keys (uint64) and holder codes (int16: a node id,
-   or SHARED, GONE, EMPTY), one slot each, linear probing from key & mask. These functions walk
-   the probe paths key by key, in the order given, exactly as HolderTable's scalar methods do
-   (_add_one, _join, _leave, _slot_of), the bitmasks of keys several nodes hold kept in the
-   same Python dict HolderTable keeps (key -> int). A key's answer does not depend on where its
-   slot is, so this and the numpy batch path (which places keys differently) answer every
-   lookup the same (tests/sim/test_holder_table.py).
+   SHARED, or EMPTY), one slot each, linear probing from key & mask. These functions walk the
+   probe paths key by key, in the order given, the bitmasks of keys several nodes hold kept in
+   the same Python dict HolderTable keeps (key -> int). A key's answer does not depend on where
+   its slot is, so this and the numpy batch path (which places keys differently and leaves
+   tombstones) answer every lookup the same (tests/sim/test_holder_table.py).
+
+   A key the last node leaves is removed and its cluster closed up behind it (backward-shift
+   deletion, as sim/_slots.c does), so no probe path crosses an empty slot before its key and
+   there are no tombstones: the table is rebuilt only to grow, never to shed removed keys (a
+   rebuild at 256 nodes copied ~9M keys, ~280 MB of transient memory, every few million
+   removals), and `rehash` grows it in place of numpy's temporaries.
 
    Built by scripts/build_native.py, used only while sim/native.json records this source. */
 
@@ -16,7 +21,6 @@
 #include <string.h>
 
 #define SHARED (-1)
-#define GONE (-2)
 #define EMPTY (-3)
 
 typedef struct {
@@ -70,23 +74,39 @@ static void table_close(Table *t) {
     PyBuffer_Release(&t->holder);
 }
 
-/* From key's home: its slot or -1, and the first vacant (GONE or EMPTY) slot on its path. */
+/* From key's home: its slot or -1, and the EMPTY slot that ends its path (where it would go;
+   -1 if none: a table without an EMPTY slot, which the caller's fill bound rules out, is walked
+   once round and never loops). */
 static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
     uint64_t slot = key & t->mask;
     *vacant = -1;
-    for (;;) {
-        int16_t code = t->code[slot];
-        if (code == EMPTY) {
-            if (*vacant < 0) *vacant = (Py_ssize_t)slot;
+    for (uint64_t steps = 0; steps <= t->mask; steps++) {
+        if (t->code[slot] == EMPTY) {
+            *vacant = (Py_ssize_t)slot;
             return -1;
         }
-        if (code == GONE) {
-            if (*vacant < 0) *vacant = (Py_ssize_t)slot;
-        } else if (t->key[slot] == key) {
-            return (Py_ssize_t)slot;
-        }
+        if (t->key[slot] == key) return (Py_ssize_t)slot;
         slot = (slot + 1) & t->mask;
     }
+    return -1;
+}
+
+/* The key at `slot` removed and its cluster closed up behind it: each later key of the cluster
+   that may sit in the gap (its home is not in (gap, its slot], cyclically) moves into it, and
+   its own slot becomes the gap; the gap left at the cluster's end is emptied. */
+static void remove_at(Table *t, uint64_t gap) {
+    uint64_t mask = t->mask, next = gap;
+    for (uint64_t steps = 0; steps < mask; steps++) {
+        next = (next + 1) & mask;
+        if (t->code[next] == EMPTY) break;
+        uint64_t home = t->key[next] & mask;
+        if (((next - home) & mask) < ((next - gap) & mask)) continue; /* home in (gap, next] */
+        t->key[gap] = t->key[next];
+        t->code[gap] = t->code[next];
+        gap = next;
+    }
+    t->key[gap] = 0;
+    t->code[gap] = EMPTY;
 }
 
 /* key as a uint64: 1; 0 if it is an int outside 0..2**64-1 (no table holds it); -1 with an
@@ -244,17 +264,16 @@ static int leave_shared(Table *t, Py_ssize_t slot, PyObject *key, long node, PyO
     return failed;
 }
 
-/* add(keys, holder, mask, page_keys, node, shared, bits) -> (live_added, gone_reused, error):
-   each key in turn, as HolderTable._add_one: a key held by others joins their bitmask
-   (`shared`: key -> bitmask; bits[i] = 1 << i); an absent one takes the first vacant slot on
-   its path. Every key is converted first: a key that is not an int in 0..2**64-1 fails the
+/* add(keys, holder, mask, page_keys, node, shared, bits) -> (live_added, error): each key in
+   turn: a key held by others joins their bitmask (`shared`: key -> bitmask; bits[i] = 1 << i);
+   an absent one takes the empty slot that ends its path. Every key is converted first: a key that is not an int in 0..2**64-1 fails the
    batch before it changes anything. The caller has made room (at most 70% of the slots filled
    after the batch). */
 static PyObject *add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     Call c;
     if (call_open(&c, args, nargs, "add", 1) < 0) return NULL;
-    Py_ssize_t live = 0, gone = 0, i;
+    Py_ssize_t live = 0, i;
     for (i = 0; i < c.n; i++) {
         uint64_t key = c.keys[i];
         Py_ssize_t vacant, slot = probe(&c.t, key, &vacant);
@@ -263,18 +282,21 @@ static PyObject *add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 break;
             continue;
         }
-        gone += c.t.code[vacant] == GONE;
+        if (vacant < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "the table is full (its fill bound was not kept)");
+            break;
+        }
         live += 1;
         c.t.key[vacant] = key;
         c.t.code[vacant] = (int16_t)c.node;
     }
     call_close(&c);
-    return Py_BuildValue("(nnN)", live, gone, failure(i < c.n));
+    return Py_BuildValue("(nN)", live, failure(i < c.n));
 }
 
 /* remove(keys, holder, mask, page_keys, node, shared, bits) -> (live_removed, error): each key
-   in turn, as HolderTable._leave: one the node alone holds becomes a tombstone, a shared one
-   loses the node's bit; others (ints outside 0..2**64-1 among them) are left alone. */
+   in turn: one the node alone holds is removed (its cluster closed up), a shared one loses the
+   node's bit; others (ints outside 0..2**64-1 among them) are left alone. */
 static PyObject *remove_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     Call c;
@@ -285,7 +307,7 @@ static PyObject *remove_keys(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_ssize_t vacant, slot = probe(&c.t, c.keys[i], &vacant);
         if (slot < 0) continue;
         if (c.t.code[slot] == c.node) {
-            c.t.code[slot] = GONE;
+            remove_at(&c.t, (uint64_t)slot);
             removed += 1;
         } else if (c.t.code[slot] == SHARED) {
             if (leave_shared(&c.t, slot, PyTuple_GET_ITEM(c.items, i), c.node, args[5], args[6]) < 0)
@@ -315,10 +337,52 @@ static PyObject *slot_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromSsize_t(slot);
 }
 
+/* rehash(keys, holder, mask, new_keys, new_holder, new_mask) -> keys placed: every live key of
+   the old table (with its code) placed in the new, empty one, slot by slot (a growth without
+   numpy's copies of the live keys, codes and homes). The caller sized the new table to hold
+   them within its fill bound. */
+static PyObject *rehash(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "rehash(keys, holder, mask, new_keys, new_holder, new_mask)");
+        return NULL;
+    }
+    unsigned long long mask = PyLong_AsUnsignedLongLong(args[2]);
+    if (mask == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    unsigned long long new_mask = PyLong_AsUnsignedLongLong(args[5]);
+    if (new_mask == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    Table old, grown;
+    if (table_open(&old, args[0], args[1], mask) < 0) return NULL;
+    if (table_open(&grown, args[3], args[4], new_mask) < 0) {
+        table_close(&old);
+        return NULL;
+    }
+    Py_ssize_t placed = 0, failed = 0;
+    for (uint64_t i = 0; i <= old.mask; i++) {
+        if (old.code[i] == EMPTY) continue;
+        Py_ssize_t vacant, slot = probe(&grown, old.key[i], &vacant);
+        if (slot >= 0 || vacant < 0) { /* a key twice, or no room: the caller's bound broken */
+            failed = 1;
+            break;
+        }
+        grown.key[vacant] = old.key[i];
+        grown.code[vacant] = old.code[i];
+        placed += 1;
+    }
+    table_close(&old);
+    table_close(&grown);
+    if (failed) {
+        PyErr_SetString(PyExc_ValueError, "rehash: a key twice, or the new table too small");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(placed);
+}
+
 static PyMethodDef methods[] = {
     {"add", (PyCFunction)(void (*)(void))add, METH_FASTCALL, "keys gain a holder"},
     {"remove", (PyCFunction)(void (*)(void))remove_keys, METH_FASTCALL, "keys lose a holder"},
     {"slot_of", (PyCFunction)(void (*)(void))slot_of, METH_FASTCALL, "a key's slot or -1"},
+    {"rehash", (PyCFunction)(void (*)(void))rehash, METH_FASTCALL, "live keys into a new table"},
     {NULL, NULL, 0, NULL},
 };
 

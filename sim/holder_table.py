@@ -11,9 +11,13 @@ With the native build (sim/native.py) the batches are probed key by key in C (si
 the shared bitmasks kept in the same dict; without it, in numpy rounds. Slots may differ between
 the two, answers never (tests/sim/test_holder_table.py runs both against a dict).
 
-A removed key leaves a tombstone (GONE) so the probe paths through it stay whole; once live
-keys and tombstones fill 70% of the slots, every live key is placed again, in a table sized
-for at most 60% live keys.
+In C a removal closes up its cluster (backward-shift deletion), so the table holds live keys
+only and is rebuilt only to grow, slot by slot in C (`rehash`). The numpy path leaves a
+tombstone (GONE) so the probe paths through it stay whole. Either way, once live keys and
+tombstones would fill 70% of the slots, every live key is placed again, in the smallest table
+(a power of two) they fill at most 60% of: in C always a larger one. The tombstones' purges at
+the same size had cost, at 256 nodes, a copy of ~9M keys with their codes and homes (~280 MB of
+transient memory, the run's peak) every few million removals.
 """
 
 from __future__ import annotations
@@ -48,10 +52,12 @@ class HolderTable(Mapping[int, int]):
         self._allocate(_MIN_SLOTS)
 
     def _allocate(self, num_slots: int) -> None:
-        self._keys = np.zeros(num_slots, dtype=np.uint64)
-        self._holder = np.full(num_slots, EMPTY, dtype=np.int16)
-        self._mask = num_slots - 1
-        self._max_filled = int(_MAX_FILL * num_slots)  # live keys and tombstones
+        self._use(np.zeros(num_slots, dtype=np.uint64), np.full(num_slots, EMPTY, dtype=np.int16))
+
+    def _use(self, keys: np.ndarray, holder: np.ndarray) -> None:
+        self._keys, self._holder = keys, holder
+        self._mask = keys.size - 1
+        self._max_filled = int(_MAX_FILL * keys.size)  # live keys and tombstones
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, key: int, default: int = 0) -> int:  # type: ignore[override]
@@ -104,9 +110,8 @@ class HolderTable(Mapping[int, int]):
             self._rebuild(len(keys))
         if self._c is not None:  # key by key in C
             args = (self._keys, self._holder, self._mask, keys, node, self._shared, self._bits)
-            live, gone, error = self._c.add(*args)
+            live, error = self._c.add(*args)
             self._num_live += live
-            self._num_gone -= gone
             if error is not None:  # a dict update failed; the keys placed before it count
                 raise error
             return
@@ -123,11 +128,10 @@ class HolderTable(Mapping[int, int]):
 
     def remove(self, keys: list[int], node: int) -> None:
         """`node` no longer holds these keys (repeats, and keys it did not hold, allowed)."""
-        if self._c is not None:  # key by key in C
+        if self._c is not None:  # key by key in C, each removal closing up its cluster
             args = (self._keys, self._holder, self._mask, keys, node, self._shared, self._bits)
             removed, error = self._c.remove(*args)
             self._num_live -= removed
-            self._num_gone += removed
             if error is not None:
                 raise error
             return
@@ -234,6 +238,13 @@ class HolderTable(Mapping[int, int]):
         target = _MIN_SLOTS
         while self._num_live + incoming > _MAX_LIVE * target:
             target *= 2
+        if self._c is not None:  # no tombstones: always larger, filled slot by slot in C
+            keys = np.zeros(target, dtype=np.uint64)
+            holder = np.full(target, EMPTY, dtype=np.int16)
+            placed = self._c.rehash(self._keys, self._holder, self._mask, keys, holder, target - 1)
+            assert placed == self._num_live
+            self._use(keys, holder)  # swapped in only once every key is placed
+            return
         live = self._holder >= SHARED
         keys, codes = self._keys[live], self._holder[live]
         if target == num_slots:  # the same size: reuse the arrays

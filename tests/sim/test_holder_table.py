@@ -1,7 +1,8 @@
 """The routing table's numpy entries (`sim/holder_table.py`) keep the mapping a dict of key ->
-bitmask keeps, through growth, tombstones and their purges, shared keys and keys whose low bits
-collide (long probe paths), in batches probed key by key and vectorised, and with the probe loops
-in C (sim/_holders.c, where the native build is in use: `compiled`) (issue 18)."""
+bitmask keeps, through growth, removals (tombstones and their purges in numpy, closed-up clusters
+in C), shared keys and keys whose low bits collide (long probe paths), in batches probed key by
+key and vectorised, and with the probe loops in C (sim/_holders.c, where the native build is in
+use: `compiled`) (issue 18)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,22 @@ _events = st.lists(
 )
 
 
+def check_slots(table: HolderTable, compiled: bool) -> None:
+    """The live count is the arrays' own, within the fill bound; in C no slot is a tombstone and
+    no key's probe path crosses an empty slot before it (what lets a removal close up its
+    cluster)."""
+    codes, keys, mask = table._holder, table._keys, table._mask
+    live = codes >= holder_table.SHARED
+    assert table._num_live == int(live.sum())
+    assert table._num_live + table._num_gone <= table._max_filled
+    if not (compiled and holder_table._C is not None):
+        return
+    assert table._num_gone == 0 and set(codes[~live].tolist()) <= {holder_table.EMPTY}
+    for slot in live.nonzero()[0].tolist():
+        home = int(keys[slot]) & mask
+        assert all(live[(home + step) & mask] for step in range(((slot - home) & mask) + 1))
+
+
 def _reference(table: dict[int, int], stored: bool, keys: list[int], node: int) -> None:
     bit = 1 << node
     for key in keys:
@@ -49,6 +66,7 @@ def test_holder_table_keeps_what_a_dict_keeps(events, compiled):
         _reference(reference, stored, keys, node)
         assert len(table) == len(reference)
         assert table == reference
+        check_slots(table, compiled)
         for key in keys:
             assert table.get(key, 0) == reference.get(key, 0)
             assert (key in table) == (key in reference)
@@ -67,6 +85,7 @@ def test_a_full_turnover_purges_the_tombstones_in_place(compiled):
         table.remove(keys, 1)
     assert table._keys.size == size and len(table) == 39
     assert dict(table.items()) == dict.fromkeys(range(1, 40), 1)
+    check_slots(table, compiled)
 
 
 @both
@@ -117,4 +136,44 @@ def test_the_c_loops_refuse_arrays_of_other_types_or_sizes():
     ):
         with pytest.raises((TypeError, ValueError, OverflowError)):
             c.add(bad_keys, bad_holder, mask, *args)
-    assert c.add(keys, holder, 15, *args) == (1, 0, None) and holder[1] == 0
+    assert c.add(keys, holder, 15, *args) == (1, None) and holder[1] == 0
+    assert c.add(keys, holder, 15, [2], 0, {}, [1]) == (1, None)
+    with pytest.raises(ValueError):  # the new table too small for the old one's 2 keys
+        c.rehash(keys, holder, 15, np.zeros(1, np.uint64), np.full(1, -3, np.int16), 0)
+
+
+@needs_c
+def test_a_removal_in_c_closes_up_its_cluster_slot_by_slot():
+    """Keys 16 apart share home 1 of a 16-slot table (2 is a home too): removing the first moves
+    each later key whose home allows it one slot back, and the cluster's end is emptied."""
+    table = HolderTable(2)
+    table.add([1, 17, 2, 33], 0)  # slots 1, 2, 3, 4 (2 was taken by 17: it goes to 3)
+    table.add([17], 1)  # shared: its bitmask in the dict, its slot's code SHARED
+    assert table._keys[1:5].tolist() == [1, 17, 2, 33]
+    table.remove([1], 0)
+    assert table._keys[1:4].tolist() == [17, 2, 33] and table._holder[4] == holder_table.EMPTY
+    assert table._holder[1:4].tolist() == [holder_table.SHARED, 0, 0]
+    assert dict(table.items()) == {17: 0b11, 2: 1, 33: 1}
+    table.remove([17], 0)
+    table.remove([17], 1)  # the last holder leaves: the key goes, 2 stays home, 33 moves up
+    assert table._keys[1:3].tolist() == [33, 2] and dict(table.items()) == {2: 1, 33: 1}
+    check_slots(table, True)
+
+
+@needs_c
+def test_a_table_in_c_grows_by_rehash_and_never_rebuilds_at_its_size(monkeypatch):
+    table, sizes = HolderTable(3), []
+    rebuild = HolderTable._rebuild
+    monkeypatch.setattr(
+        HolderTable, "_rebuild", lambda self, n: (sizes.append(self._keys.size), rebuild(self, n))
+    )
+    for round_ in range(200):  # a rolling window of 600 keys, 3 nodes, 60,000 removals
+        keys = [(1000 * round_ + i) * 0x9E3779B97F4A7C15 % 2**64 for i in range(300)]
+        table.add(keys, round_ % 3)
+        if round_ >= 2:
+            old = [(1000 * (round_ - 2) + i) * 0x9E3779B97F4A7C15 % 2**64 for i in range(300)]
+            table.remove(old, (round_ - 2) % 3)
+        check_slots(table, True)
+    # the first three batches grow it (300, 600, then 900 keys before a removal), and 59,400
+    # removals later it has not been rebuilt again
+    assert sizes == [16, 512, 1024] and table._keys.size == 2048 and len(table) == 600
