@@ -210,6 +210,7 @@ class Cluster:
             self._failures_in_a_row = 0
             seq.done = self.env.event()
             yield seq.done
+            seq.done = None  # over: its event need not live as long as the request's record
             if seq.status == Status.FAILED:  # rejected for memory (cache.on_oom reject)
                 yield self.env.timeout(REJECT_BACKOFF_S)
 
