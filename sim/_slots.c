@@ -1,10 +1,14 @@
 /* The prefix index's level 1 in C: page key -> page, the loops of sim/kv/page_slots.py.
 
-   The table is two arrays the Python side owns: keys (uint64) and pages (int32: a page id, or
-   EMPTY), one slot each, linear probing from key & mask. Each function walks the keys' probe
-   paths in the order given, exactly as a dict's get, setdefault and pop would answer them one
-   after another (tests/sim/test_page_slots.py compares the two). Every key is converted before
-   any slot changes, so a batch with a bad key fails whole.
+   The table is one array the Python side owns, pages (int32: a page id, or EMPTY), one slot
+   each, linear probing from key & mask; a slot's key is its page's entry in the index's own
+   page keys (uint64, one per page of the pool), which `claim` writes as it places a page. A
+   slot is 4 bytes where a copy of the key beside it made 12 (0.5 MB a node less at 65,536
+   slots). So a page holds at most one slot: claiming a key for a page that holds another is
+   refused (the index never does: it claims only pages it has not indexed). Each function walks
+   the keys' probe paths in the order given, exactly as a dict's get, setdefault and pop would
+   answer them one after another (tests/sim/test_page_slots.py compares the two). Every key and
+   page is converted before any slot changes, so a batch with a bad one fails whole.
 
    A removal closes the gap it leaves (backward-shift deletion: a later key of the same cluster
    whose home is not between the gap and it moves into the gap, and so on to the cluster's end),
@@ -22,10 +26,13 @@
 
 typedef struct {
     Py_buffer keys, pages;
-    uint64_t *key;
+    uint64_t *key_of; /* the index's page keys: key_of[page] is the key of a slot holding page */
+    Py_ssize_t num_pages;
     int32_t *page;
     uint64_t mask;
 } Table;
+
+#define SLOT_KEY(t, slot) ((t)->key_of[(t)->page[slot]])
 
 /* One array's buffer: writable, contiguous, one-dimensional, of this item size and format kind. */
 static int open_array(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, const char *kinds) {
@@ -36,13 +43,14 @@ static int open_array(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, con
     if (view->ndim != 1 || view->itemsize != itemsize || strlen(format) != 1 ||
         strchr(kinds, *format) == NULL) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "keys must be a uint64 and pages an int32 array");
+        PyErr_SetString(PyExc_TypeError, "page keys must be a uint64 and slots an int32 array");
         return -1;
     }
     return 0;
 }
 
-/* The two arrays, their sizes checked against the mask (a power of two minus 1). */
+/* The two arrays: the slots' size checked against the mask (a power of two minus 1); the page
+   keys, one per page (a page id in a slot is below their count: `claim` checks it). */
 static int table_open(Table *t, PyObject *keys, PyObject *pages, PyObject *mask_arg) {
     unsigned long long mask = PyLong_AsUnsignedLongLong(mask_arg);
     if (mask == (unsigned long long)-1 && PyErr_Occurred()) return -1;
@@ -56,13 +64,14 @@ static int table_open(Table *t, PyObject *keys, PyObject *pages, PyObject *mask_
         return -1;
     }
     Py_ssize_t slots = (Py_ssize_t)mask + 1;
-    if (t->keys.shape[0] != slots || t->pages.shape[0] != slots) {
+    if (t->pages.shape[0] != slots) {
         PyBuffer_Release(&t->keys);
         PyBuffer_Release(&t->pages);
-        PyErr_SetString(PyExc_ValueError, "keys and pages need mask + 1 slots");
+        PyErr_SetString(PyExc_ValueError, "the slots need mask + 1 of them");
         return -1;
     }
-    t->key = (uint64_t *)t->keys.buf;
+    t->key_of = (uint64_t *)t->keys.buf;
+    t->num_pages = t->keys.shape[0];
     t->page = (int32_t *)t->pages.buf;
     t->mask = (uint64_t)mask;
     return 0;
@@ -84,7 +93,7 @@ static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
             *vacant = (Py_ssize_t)slot;
             return -1;
         }
-        if (t->key[slot] == key) return (Py_ssize_t)slot;
+        if (SLOT_KEY(t, slot) == key) return (Py_ssize_t)slot;
         slot = (slot + 1) & t->mask;
     }
     return -1;
@@ -98,13 +107,11 @@ static void remove_at(Table *t, uint64_t gap) {
     for (uint64_t steps = 0; steps < mask; steps++) {
         next = (next + 1) & mask;
         if (t->page[next] == EMPTY) break;
-        uint64_t home = t->key[next] & mask;
+        uint64_t home = SLOT_KEY(t, next) & mask;
         if (((next - home) & mask) < ((next - gap) & mask)) continue; /* home in (gap, next] */
-        t->key[gap] = t->key[next];
         t->page[gap] = t->page[next];
         gap = next;
     }
-    t->key[gap] = 0;
     t->page[gap] = EMPTY;
 }
 
@@ -162,8 +169,8 @@ fail:
     return -1;
 }
 
-/* page ids as int32 in 0..2**31-1, one per key. */
-static int32_t *pages_of(PyObject *sequence, Py_ssize_t n) {
+/* page ids as int32 in 0..num_pages-1, one per key. */
+static int32_t *pages_of(PyObject *sequence, Py_ssize_t n, Py_ssize_t num_pages) {
     PyObject *items = PySequence_Tuple(sequence);
     if (items == NULL) return NULL;
     int32_t *out = NULL;
@@ -179,8 +186,8 @@ static int32_t *pages_of(PyObject *sequence, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
         long page = PyLong_AsLong(PyTuple_GET_ITEM(items, i));
         if (page == -1 && PyErr_Occurred()) goto bad;
-        if (page < 0 || page > INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "a page id must be in 0..2**31-1");
+        if (page < 0 || page > INT32_MAX || page >= num_pages) {
+            PyErr_SetString(PyExc_ValueError, "a page id must be in 0..len(page_keys)-1");
             goto bad;
         }
         out[i] = (int32_t)page;
@@ -194,11 +201,11 @@ done:
     return out;
 }
 
-/* get(keys, pages, mask, key) -> the key's page, or -1. */
+/* get(page_keys, pages, mask, key) -> the key's page, or -1. */
 static PyObject *get(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "get(keys, pages, mask, key)");
+        PyErr_SetString(PyExc_TypeError, "get(page_keys, pages, mask, key)");
         return NULL;
     }
     uint64_t key;
@@ -212,12 +219,12 @@ static PyObject *get(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromLong(page);
 }
 
-/* run(keys, pages, mask, key_list) -> the pages of key_list's leading keys, up to the first
+/* run(page_keys, pages, mask, key_list) -> the pages of key_list's leading keys, up to the first
    key absent (a prefix lookup's level-1 walk). */
 static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "run(keys, pages, mask, key_list)");
+        PyErr_SetString(PyExc_TypeError, "run(page_keys, pages, mask, key_list)");
         return NULL;
     }
     /* A read changes no slot: each key is converted when it is reached (a walk that misses at
@@ -248,26 +255,33 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return out;
 }
 
-/* claim(keys, pages, mask, key_list, page_list) -> (holders, placed): each key in turn as
+/* Does `page` hold a slot now (under the key its page-key entry records)? */
+static int holds_slot(const Table *t, int32_t page) {
+    Py_ssize_t vacant, slot = probe(t, t->key_of[page], &vacant);
+    return slot >= 0 && t->page[slot] == page;
+}
+
+/* claim(page_keys, pages, mask, key_list, page_list) -> (holders, placed): each key in turn as
    dict.setdefault(key, page): its holder (the page it had, or this page, placed in the empty
-   slot that ends its path). The caller has made room (at most 70% of the slots filled
-   after the batch). */
+   slot that ends its path, its page-key entry set to the key). A page that holds a slot under
+   another key is refused (ValueError; the slots placed before it stay, and the caller counts
+   them again). The caller has made room (at most 70% of the slots filled after the batch). */
 static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "claim(keys, pages, mask, key_list, page_list)");
+        PyErr_SetString(PyExc_TypeError, "claim(page_keys, pages, mask, key_list, page_list)");
         return NULL;
     }
     Keys k;
     if (keys_open(&k, args[3], 1) < 0) return NULL;
-    int32_t *want = pages_of(args[4], k.n);
-    if (want == NULL) {
+    Table t;
+    if (table_open(&t, args[0], args[1], args[2]) < 0) {
         keys_close(&k);
         return NULL;
     }
-    Table t;
     PyObject *holders = NULL;
-    if (table_open(&t, args[0], args[1], args[2]) < 0) goto done;
+    int32_t *want = pages_of(args[4], k.n, t.num_pages);
+    if (want == NULL) goto done;
     holders = PyList_New(k.n);
     Py_ssize_t placed = 0;
     for (Py_ssize_t i = 0; holders != NULL && i < k.n; i++) {
@@ -278,35 +292,41 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             break;
         }
         if (slot < 0) {
+            int32_t page = want[i];
+            if (t.key_of[page] != k.keys[i] && holds_slot(&t, page)) {
+                PyErr_SetString(PyExc_ValueError, "a page holds one slot: this one holds another");
+                Py_CLEAR(holders);
+                break;
+            }
             placed += 1;
-            t.key[vacant] = k.keys[i];
-            t.page[vacant] = want[i];
+            t.key_of[page] = k.keys[i];
+            t.page[vacant] = page;
             slot = vacant;
         }
         PyObject *page = PyLong_FromLong((long)t.page[slot]);
         if (page == NULL) {
-            Py_CLEAR(holders); /* (a slot placed before stays: the caller rebuilds from pages) */
+            Py_CLEAR(holders); /* (a slot placed before stays: the caller counts again) */
             break;
         }
         PyList_SET_ITEM(holders, i, page);
     }
-    table_close(&t);
     if (holders != NULL) {
         PyObject *result = Py_BuildValue("(Nn)", holders, placed);
         holders = result;
     }
 done:
+    table_close(&t);
     PyMem_Free(want);
     keys_close(&k);
     return holders;
 }
 
-/* pop(keys, pages, mask, key_list) -> the page each key held (removed, its cluster closed up),
+/* pop(page_keys, pages, mask, key_list) -> the page each key held (removed, its cluster closed up),
    or -1 for a key absent (ints outside 0..2**64-1 among them), in turn. */
 static PyObject *pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "pop(keys, pages, mask, key_list)");
+        PyErr_SetString(PyExc_TypeError, "pop(page_keys, pages, mask, key_list)");
         return NULL;
     }
     Keys k;

@@ -3,9 +3,11 @@
 Two implementations answer alike (tests/sim/test_page_slots.py runs both against a dict):
 
 - `TableSlots`, with the native build (sim/native.py): open addressing (linear probing from the
-  key's low bits; keys are well-mixed hashes) in two arrays, the key (uint64) and its page
-  (int32), walked in C (sim/_slots.c). ~12 bytes a slot at most 70% full, against ~76 bytes a
-  key in a dict: at 256 nodes the level 1s hold ~9M keys.
+  key's low bits; keys are well-mixed hashes) in one array of pages (int32), walked in C
+  (sim/_slots.c); a slot's key is its page's entry in the index's page keys, which a claim
+  writes. 4 bytes a slot at most 70% full, against ~76 bytes a key in a dict (at 256 nodes the
+  level 1s hold ~9M keys) and 12 with a copy of the key in each slot. A page holds at most one
+  slot (the index claims only pages it has not indexed; the table refuses any other).
 - `DictSlots`, without it: a dict, with the same batch methods.
 
 A removal closes up its cluster (backward-shift deletion, in C), so the table holds live keys
@@ -55,17 +57,29 @@ class DictSlots(dict[int, int]):
 
 
 class TableSlots(Mapping[int, int]):
-    """Level 1 in two arrays probed in C (the module docstring); a dict's answers."""
+    """Level 1 in an array of pages probed in C (the module docstring); a dict's answers.
 
-    def __init__(self) -> None:
+    page_keys: uint64, one per page of the pool: the index's own, which `claim` writes (a
+    placed page's entry becomes its key) and which the index must not change while the page
+    holds its slot (it links only pages it has not indexed)."""
+
+    def __init__(self, page_keys: np.ndarray) -> None:
         assert _C is not None, "TableSlots needs the native build"
+        assert page_keys.dtype == np.uint64 and page_keys.ndim == 1
+        self._key_of = page_keys
         self._num_live = 0
-        self._use(*_empty_arrays(_MIN_SLOTS))
+        self._use(_empty_slots(_MIN_SLOTS))
 
-    def _use(self, keys: np.ndarray, pages: np.ndarray) -> None:
-        self._keys, self._pages = keys, pages
-        self._mask = keys.size - 1
-        self._max_filled = int(_MAX_FILL * keys.size)
+    def _use(self, pages: np.ndarray) -> None:
+        self._pages = pages
+        self._mask = pages.size - 1
+        self._max_filled = int(_MAX_FILL * pages.size)
+
+    @property
+    def _keys(self) -> np.ndarray:
+        """uint64 per slot: the key of each filled slot's page (0 where a slot is empty)."""
+        filled = self._pages >= 0
+        return np.where(filled, self._key_of[np.where(filled, self._pages, 0)], np.uint64(0))
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, key: int, default: int | None = None) -> int | None:  # type: ignore[override]
@@ -81,7 +95,7 @@ class TableSlots(Mapping[int, int]):
             key = operator.index(key)  # type: ignore[arg-type]
         except TypeError:
             return -1
-        return _C.get(self._keys, self._pages, self._mask, key)
+        return _C.get(self._key_of, self._pages, self._mask, key)
 
     def __getitem__(self, key: int) -> int:
         page = self._page_of(key)
@@ -93,17 +107,17 @@ class TableSlots(Mapping[int, int]):
         return self._num_live
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._keys[self._pages >= 0].tolist())
+        return iter(self._key_of[self._pages[self._pages >= 0]].tolist())
 
     def run(self, keys: list[int]) -> list[int]:
-        return _C.run(self._keys, self._pages, self._mask, keys)
+        return _C.run(self._key_of, self._pages, self._mask, keys)
 
     # -- updates -------------------------------------------------------------------------------
     def claim(self, keys: list[int], pages: list[int]) -> list[int]:
         if self._num_live + len(keys) > self._max_filled:
             self._grow(len(keys))
         try:
-            holders, placed = _C.claim(self._keys, self._pages, self._mask, keys, pages)
+            holders, placed = _C.claim(self._key_of, self._pages, self._mask, keys, pages)
         except Exception:  # (out of memory part way) slots placed before it stay: count them again
             self._recount()
             raise
@@ -115,7 +129,7 @@ class TableSlots(Mapping[int, int]):
 
     def pop_many(self, keys: list[int]) -> list[int]:
         try:
-            popped = _C.pop(self._keys, self._pages, self._mask, keys)
+            popped = _C.pop(self._key_of, self._pages, self._mask, keys)
         except Exception:
             self._recount()
             raise
@@ -135,19 +149,21 @@ class TableSlots(Mapping[int, int]):
         target = _MIN_SLOTS
         while self._num_live + incoming > _MAX_FILL * target:
             target *= 2
-        live = self._pages >= 0
-        keys, pages = self._keys[live].tolist(), self._pages[live].tolist()
-        new_keys, new_pages = _empty_arrays(target)
-        _, placed = _C.claim(new_keys, new_pages, target - 1, keys, pages)
+        live = self._pages[self._pages >= 0]
+        keys, pages = self._key_of[live].tolist(), live.tolist()
+        new_pages = _empty_slots(target)
+        # (each page's key entry is written again with the key it has)
+        _, placed = _C.claim(self._key_of, new_pages, target - 1, keys, pages)
         # swapped in only once every key is placed: a failure leaves the old table whole
-        self._use(new_keys, new_pages)
+        self._use(new_pages)
         self._num_live = placed
 
 
-def _empty_arrays(num_slots: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.zeros(num_slots, dtype=np.uint64), np.full(num_slots, EMPTY, dtype=np.int32)
+def _empty_slots(num_slots: int) -> np.ndarray:
+    return np.full(num_slots, EMPTY, dtype=np.int32)
 
 
-def new_page_slots(compiled: bool = True) -> DictSlots | TableSlots:
-    """Level 1 for one index: arrays probed in C with the native build, else a dict."""
-    return TableSlots() if compiled and _C is not None else DictSlots()
+def new_page_slots(page_keys: np.ndarray, compiled: bool = True) -> DictSlots | TableSlots:
+    """Level 1 for one index (`page_keys`: its uint64 page keys, one per page): an array probed
+    in C with the native build, else a dict."""
+    return TableSlots(page_keys) if compiled and _C is not None else DictSlots()

@@ -32,7 +32,7 @@ class TwoLevelIndex(IndexBase):
         # hash_only keeps no token ids (modelled bytes); the simulator still fills token_table as
         # ground truth, to count wrong reuse.
         self.token_copy = verify_tokens
-        self.key_to_page = new_page_slots()  # level 1: one slot per short key
+        self.key_to_page = new_page_slots(self.page_key)  # level 1: one slot per short key
         self.overflow: dict[tuple[int, int], list[int]] = {}  # (key, parent) -> colliding pages
         # Until a page first goes to the overflow, level 1 holds exactly the keys of the indexed
         # pages (each holds its own slot): the routing table may read it as the node's entries.

@@ -1,7 +1,12 @@
-"""The prefix index's level 1 (sim/kv/page_slots.py): the C table and the dict answer alike."""
+"""The prefix index's level 1 (sim/kv/page_slots.py): the C table and the dict answer alike.
+
+The table keeps only pages in its slots, each slot's key being its page's entry in the index's
+page keys, so a page holds one slot at most: the operations below claim pages that hold none
+(as the index does), and a claim of a page holding another key is refused."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,13 +18,16 @@ needs_c = pytest.mark.skipif(page_slots._C is None, reason="the native build is 
 KINDS = ["dict", pytest.param("table", marks=needs_c)]
 
 
+NUM_PAGES = 20_000  # the pool the page keys are of
+
+
 def make(kind: str) -> DictSlots | TableSlots:
-    return DictSlots() if kind == "dict" else TableSlots()
+    return DictSlots() if kind == "dict" else TableSlots(np.zeros(NUM_PAGES, dtype=np.uint64))
 
 
 # Small keys collide in a small table's home slots, large ones test the 64-bit range.
 KEY = st.one_of(st.integers(0, 40), st.integers(2**63, 2**64 - 1))
-PAGE = st.integers(0, 2**31 - 1)
+PAGE = st.integers(0, NUM_PAGES - 1)
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("claim"), st.lists(st.tuples(KEY, PAGE), max_size=12)),
@@ -29,6 +37,19 @@ OPS = st.lists(
     ),
     max_size=60,
 )
+
+
+def unheld(reference: dict[int, int], pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The claim's pairs with each page that holds a key now, or that an earlier pair of the
+    batch may place, replaced by the next page that does neither (the index's claims)."""
+    taken = set(reference.values())
+    out = []
+    for key, page in pairs:
+        while page in taken:
+            page = (page + 1) % NUM_PAGES
+        taken.add(page)
+        out.append((key, page))
+    return out
 
 
 def apply_to_dict(reference: dict[int, int], op: str, arg):
@@ -76,6 +97,8 @@ def check_counts(slots: TableSlots) -> None:
 def test_every_answer_is_a_dicts(kind, ops):
     slots, reference = make(kind), {}
     for op, arg in ops:
+        if op == "claim":
+            arg = unheld(reference, arg)
         assert apply_to(slots, op, arg) == apply_to_dict(reference, op, arg)
         assert len(slots) == len(reference)
         if kind == "table":
@@ -91,8 +114,9 @@ def test_a_table_grows_and_refills_removed_slots_without_losing_a_key(kind):
     slots, reference = make(kind), {}
     for round_ in range(6):
         keys = [(round_ * 7919 + i) * 0x9E3779B97F4A7C15 % 2**64 for i in range(3000)]
-        assert slots.claim(keys, list(range(3000))) == [
-            reference.setdefault(k, p) for k, p in zip(keys, range(3000), strict=True)
+        pages = range(3000 * round_, 3000 * (round_ + 1))
+        assert slots.claim(keys, list(pages)) == [
+            reference.setdefault(k, p) for k, p in zip(keys, pages, strict=True)
         ]
         gone = keys[::2]
         assert slots.pop_many(gone) == [reference.pop(k, -1) for k in gone]
@@ -111,7 +135,7 @@ def slot_map(slots: TableSlots) -> dict[int, tuple[int, int]]:
 
 @needs_c
 def test_a_removal_closes_up_its_cluster():
-    slots = TableSlots()  # 16 slots: a key's home is its low 4 bits
+    slots = make("table")  # 16 slots: a key's home is its low 4 bits
     slots.claim([1, 17, 33, 2], [10, 11, 12, 13])  # 1, 17, 33 home at 1; 2 at 2, pushed to 4
     assert slot_map(slots) == {1: (1, 10), 2: (17, 11), 3: (33, 12), 4: (2, 13)}
     assert slots.pop_many([17]) == [11]
@@ -127,7 +151,7 @@ def test_a_removal_closes_up_its_cluster():
 
 @needs_c
 def test_a_removal_closes_up_a_cluster_that_wraps_round():
-    slots = TableSlots()
+    slots = make("table")
     slots.claim([15, 31, 47, 0], [1, 2, 3, 4])  # home 15 thrice: slots 15, 0, 1; 0 pushed to 2
     assert slot_map(slots) == {15: (15, 1), 0: (31, 2), 1: (47, 3), 2: (0, 4)}
     assert slots.pop_many([15]) == [1]
@@ -139,7 +163,7 @@ def test_a_removal_closes_up_a_cluster_that_wraps_round():
 
 @needs_c
 def test_a_rebuild_that_fails_leaves_the_table_whole(monkeypatch):
-    slots = TableSlots()
+    slots = make("table")
     keys = list(range(1, 12))  # 11 keys: a 16-slot table is at its bound
     slots.claim(keys, list(range(11)))
 
@@ -155,13 +179,13 @@ def test_a_rebuild_that_fails_leaves_the_table_whole(monkeypatch):
             slots.claim([99], [5])
     assert dict(slots.items()) == dict(zip(keys, range(11), strict=True))
     check_counts(slots)
-    slots.claim([99], [5])
-    assert len(slots) == 12 and slots[99] == 5
+    slots.claim([99], [11])
+    assert len(slots) == 12 and slots[99] == 11
 
 
 @needs_c
 def test_a_batch_with_a_bad_key_or_page_changes_nothing():
-    slots = TableSlots()
+    slots = make("table")
     slots.claim([1, 2], [10, 11])
     with pytest.raises(TypeError):
         slots.claim([3, "4"], [12, 13])  # type: ignore[list-item]
@@ -171,13 +195,25 @@ def test_a_batch_with_a_bad_key_or_page_changes_nothing():
         slots.claim([3, 4], [12, -1])
     with pytest.raises(ValueError):
         slots.claim([3, 4], [12])
+    with pytest.raises(ValueError):  # past the pool's pages
+        slots.claim([3, 4], [12, NUM_PAGES])
     assert dict(slots.items()) == {1: 10, 2: 11} and len(slots) == 2
+
+
+@needs_c
+def test_a_page_holding_a_slot_cannot_claim_another_key():
+    slots = make("table")
+    slots.claim([1, 2], [10, 11])
+    assert slots.claim([2, 3], [10, 12]) == [11, 12]  # 2 is held: page 10 is not placed
+    with pytest.raises(ValueError):
+        slots.claim([4, 5], [13, 10])  # 10 holds key 1: 4 is placed, then the batch stops
+    assert dict(slots.items()) == {1: 10, 2: 11, 3: 12, 4: 13} and len(slots) == 4
+    check_counts(slots)
+    assert slots.pop_many([1]) == [10] and slots.claim([5], [10]) == [10]  # freed: it may
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_keys_are_found_by_their_int_value_and_other_objects_are_absent(kind):
-    import numpy as np
-
     slots = make(kind)
     slots.claim([5], [1])
     assert np.uint64(5) in slots and slots.get(np.int64(5)) == 1 and slots[np.uint64(5)] == 1
@@ -186,7 +222,7 @@ def test_keys_are_found_by_their_int_value_and_other_objects_are_absent(kind):
 
 @needs_c
 def test_ints_outside_the_key_range_are_absent_in_reads_and_removals():
-    slots = TableSlots()
+    slots = make("table")
     slots.claim([0, 2**64 - 1], [1, 2])
     assert slots.get(-1) is None and slots.get(2**64) is None and 2**64 not in slots
     assert slots.pop_many([-1, 2**64, 0]) == [-1, -1, 1]
@@ -196,8 +232,6 @@ def test_ints_outside_the_key_range_are_absent_in_reads_and_removals():
 
 @needs_c
 def test_the_c_loops_refuse_arrays_of_other_types_or_sizes():
-    import numpy as np
-
     keys, pages = np.zeros(16, np.uint64), np.full(16, -1, np.int32)
     with pytest.raises(TypeError):
         page_slots._C.get(keys.astype(np.int32), pages, 15, 1)
@@ -205,11 +239,13 @@ def test_the_c_loops_refuse_arrays_of_other_types_or_sizes():
         page_slots._C.get(keys, pages.astype(np.int64), 15, 1)
     with pytest.raises(ValueError):
         page_slots._C.get(keys, pages, 31, 1)  # the mask wants 32 slots
+    assert page_slots._C.get(keys[:3], pages, 15, 1) == -1  # page keys: one per pool page
     with pytest.raises(ValueError):
         page_slots._C.get(keys, pages, 14, 1)  # not a power of two minus 1
 
 
 def test_the_build_decides_which_table_an_index_gets():
     expected = TableSlots if page_slots._C is not None else DictSlots
-    assert type(new_page_slots()) is expected
-    assert type(new_page_slots(compiled=False)) is DictSlots
+    page_keys = np.zeros(8, dtype=np.uint64)
+    assert type(new_page_slots(page_keys)) is expected
+    assert type(new_page_slots(page_keys, compiled=False)) is DictSlots

@@ -44,7 +44,10 @@ def test_a_chain_of_free_keys_claims_them_all_in_order():
 
 
 @given(
-    held=st.dictionaries(st.integers(0, 12), st.integers(0, 9), max_size=6),
+    # keys held by pages 9, 8, ... (a page holds one slot at most: sim/kv/page_slots.py)
+    held=st.lists(st.integers(0, 12), unique=True, max_size=6).map(
+        lambda held_keys: {key: 9 - i for i, key in enumerate(held_keys)}
+    ),
     keys=st.lists(st.integers(0, 12), min_size=1, max_size=10),
 )
 def test_claims_as_one_by_one(held, keys):
