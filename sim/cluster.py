@@ -24,6 +24,7 @@ from sim.metrics import Recorder
 from sim.node import Node
 from sim.policy_api import MakePolicy, PlacementStrategy
 from sim.request import Request, Workload
+from sim.request_log import RequestLog
 from sim.router import Router
 from sim.routing_table import RoutingTable
 from sim.scheduler import Scheduler, Step
@@ -78,7 +79,8 @@ class Cluster:
                 self.table.watch(kv.cache.node_id, kv.cache.index)  # reads its level-1 slots
         self._failures_in_a_row = 0  # closed loop: consecutive requests that can never fit
         self._in_flight = 0  # dispatched, not yet finished or failed
-        self.sequences: list[Sequence] = []
+        # every request dispatched, in order; each let go of as an object once over (a row)
+        self.sequences = RequestLog()
 
     # -- construction --------------------------------------------------------------------------
     def _make_kvs(self) -> list[KVManager]:
@@ -162,7 +164,7 @@ class Cluster:
             if progress is not None:
                 progress(t)
         self._drain()
-        for seq in self.sequences:
+        for seq in self.sequences.live():
             if seq.status in (Status.WAITING, Status.RUNNING):
                 seq.status = Status.UNFINISHED
 
@@ -261,6 +263,7 @@ class Cluster:
         seq.drop_tokens()
         if seq.done is not None and not seq.done.triggered:
             seq.done.succeed()
+        self.sequences.close(seq)
 
 
 class _Arrivals:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sim.kv.protocol import CacheCounters
+from sim.request_log import RequestLog
 from sim.sequence import Sequence, Status
 from sim.views import node_load
 
@@ -138,39 +139,40 @@ class Recorder:
         return pd.DataFrame(data, columns=SERIES_COLUMNS)
 
 
-# requests.csv's columns after `arm`: each read from a sequence, and its dtype (None: text).
-# Built a column at a time from the sequences, with no row tuples in between: at 256 nodes the
-# ~117,000 rows of boxed values were ~100 MB at the end of a run, its peak.
-_REQUEST_READS: list[tuple[str, Callable[[Sequence], object], type | None]] = [
-    ("request_id", lambda s: s.req.request_id, np.int64),
-    ("node", attrgetter("node"), np.int64),
-    ("tag", lambda s: s.req.tag, None),
-    ("arrival_s", attrgetter("arrival_s"), np.float64),
-    ("first_token_s", attrgetter("first_token_s"), np.float64),
-    ("finish_s", attrgetter("finish_s"), np.float64),
-    ("prompt_tokens", attrgetter("prompt_tokens"), np.int64),
-    ("cached_tokens", attrgetter("cached_tokens"), np.int64),
-    ("output_tokens", attrgetter("num_generated"), np.int64),
-    ("preemptions", attrgetter("preemptions"), np.int64),
-    ("false_hits", attrgetter("false_hits"), np.int64),
-    ("wrong_reuse_tokens", attrgetter("wrong_reuse_tokens"), np.int64),
-    ("status", lambda s: s.status.value, None),
-    ("routed_s", attrgetter("routed_s"), np.float64),
-    ("use_after_free", attrgetter("use_after_free"), np.int64),
-    ("scheduled_s", attrgetter("scheduled_s"), np.float64),
-    ("queued_step", attrgetter("queued_step"), np.int64),
+# requests.csv's columns after `arm`: each the attribute path read from a request, and its
+# dtype (None: text). Built a column at a time, with no row tuples in between: at 256 nodes the
+# ~117,000 rows of boxed values were ~100 MB at the end of a run, its peak. A `RequestLog`
+# answers each path from its columns (sim/request_log.py).
+_REQUEST_READS: list[tuple[str, str, type | None]] = [
+    ("request_id", "req.request_id", np.int64),
+    ("node", "node", np.int64),
+    ("tag", "req.tag", None),
+    ("arrival_s", "arrival_s", np.float64),
+    ("first_token_s", "first_token_s", np.float64),
+    ("finish_s", "finish_s", np.float64),
+    ("prompt_tokens", "prompt_tokens", np.int64),
+    ("cached_tokens", "cached_tokens", np.int64),
+    ("output_tokens", "num_generated", np.int64),
+    ("preemptions", "preemptions", np.int64),
+    ("false_hits", "false_hits", np.int64),
+    ("wrong_reuse_tokens", "wrong_reuse_tokens", np.int64),
+    ("status", "status.value", None),
+    ("routed_s", "routed_s", np.float64),
+    ("use_after_free", "use_after_free", np.int64),
+    ("scheduled_s", "scheduled_s", np.float64),
+    ("queued_step", "queued_step", np.int64),
 ]
 
 
-def request_frame(sequences: Iterable[Sequence], arm: str) -> pd.DataFrame:
+def request_frame(sequences: Iterable[Sequence] | RequestLog, arm: str) -> pd.DataFrame:
     """requests.csv: one row per request, simulated or served by the engine alike."""
-    seqs = sequences if isinstance(sequences, list) else list(sequences)
-    if not seqs:  # no values to take dtypes from: pandas' own empty columns
+    seqs = sequences if isinstance(sequences, list | RequestLog) else list(sequences)
+    if not len(seqs):  # no values to take dtypes from: pandas' own empty columns
         return pd.DataFrame([], columns=REQUEST_COLUMNS)
     n = len(seqs)
     columns: dict[str, object] = {"arm": [arm] * n}
-    for name, read, dtype in _REQUEST_READS:
-        values = map(read, seqs)
+    for name, path, dtype in _REQUEST_READS:
+        values = seqs.values(path) if isinstance(seqs, RequestLog) else map(attrgetter(path), seqs)
         columns[name] = list(values) if dtype is None else np.fromiter(values, dtype, count=n)
     return pd.DataFrame(columns, columns=REQUEST_COLUMNS)
 
