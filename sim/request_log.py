@@ -123,8 +123,14 @@ class RequestLog:
             ints[at] = getattr(seq, name)
         self._status[at] = _STATUSES.index(seq.status)
         req = seq.req
-        values = (req.request_id, req.output_tokens, req.session_id, req.priority)
-        for column, value in zip(self._request, (*values, req.prompt_tokens), strict=True):
+        values = (
+            req.request_id,
+            req.output_tokens,
+            req.session_id,
+            req.priority,
+            req.prompt_tokens,
+        )
+        for column, value in zip(self._request, values, strict=True):
             column[at] = value
         self._request_arrival[at] = float("nan") if req.arrival_s is None else req.arrival_s
         self._tag[at] = self._tag_code(req.tag)

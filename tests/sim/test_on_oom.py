@@ -10,30 +10,32 @@ CLOSED = {"num_clients": 6}
 OPEN = {"arrival": "poisson", "rate": 2.0}
 
 
+def fragmented(on_oom: str, arrival: dict) -> dict:
+    """One node whose pool holds one 4096-token context (196,608 bytes per token): prompts of
+    128-2048 tokens reserve prompt + 64 and leave holes that later prompts do not fit."""
+    return {
+        "duration_s": 120,
+        "cluster": {"num_nodes": 1},
+        "node": {"kv_pool_bytes": 4096 * 196608, "admission_watermark": 0},
+        "cache": {
+            "mechanism": "contiguous",
+            "prefix_cache": False,
+            "max_model_len": 4096,
+            "max_new_tokens": 64,
+            "on_oom": on_oom,
+            "restart_s": 20,
+        },
+        "policies": {"routing": {"name": "round_robin"}},
+        "workload": {
+            "name": "no_sharing",
+            "params": {"input_min": 128, "input_max": 2048, "output_min": 16, "output_max": 32}
+            | arrival,
+        },
+    }
+
+
 def _run(on_oom: str, arrival: dict):
-    # One node whose pool holds one 4096-token context (196,608 bytes per token): prompts of
-    # 128-2048 tokens reserve prompt + 64 and leave holes that later prompts do not fit.
-    cfg = parse_config(
-        {
-            "duration_s": 120,
-            "cluster": {"num_nodes": 1},
-            "node": {"kv_pool_bytes": 4096 * 196608, "admission_watermark": 0},
-            "cache": {
-                "mechanism": "contiguous",
-                "prefix_cache": False,
-                "max_model_len": 4096,
-                "max_new_tokens": 64,
-                "on_oom": on_oom,
-                "restart_s": 20,
-            },
-            "policies": {"routing": {"name": "round_robin"}},
-            "workload": {
-                "name": "no_sharing",
-                "params": {"input_min": 128, "input_max": 2048, "output_min": 16, "output_max": 32}
-                | arrival,
-            },
-        }
-    )
+    cfg = parse_config(fragmented(on_oom, arrival))
     cluster, metrics, requests, _ = run_arm(cfg, on_oom, show_progress=False)
     return cluster, metrics, requests
 

@@ -17,6 +17,7 @@ from sim.config import parse_config
 from sim.metrics import request_frame
 from sim.request_log import _FLAGS, _FLOATS, _INTS, FinishedSequence, RequestLog
 from sim.sequence import Sequence
+from tests.sim.test_on_oom import CLOSED, OPEN, fragmented
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = {"name": "seed", "params": {"num_clients": 16, "output_min": 8, "output_max": 64}}
@@ -37,30 +38,6 @@ def vidur_case(max_requests: int) -> dict:
     return {**raw, "duration_s": 40}
 
 
-def fragmented(on_oom: str, arrival: dict) -> dict:
-    """tests/sim/test_on_oom.py's node: one 4096-token contiguous pool whose holes later
-    prompts do not fit, so requests wait, are rejected, or crash the node."""
-    return {
-        "duration_s": 120,
-        "cluster": {"num_nodes": 1},
-        "node": {"kv_pool_bytes": 4096 * 196608, "admission_watermark": 0},
-        "cache": {
-            "mechanism": "contiguous",
-            "prefix_cache": False,
-            "max_model_len": 4096,
-            "max_new_tokens": 64,
-            "on_oom": on_oom,
-            "restart_s": 20,
-        },
-        "policies": {"routing": {"name": "round_robin"}},
-        "workload": {
-            "name": "no_sharing",
-            "params": {"input_min": 128, "input_max": 2048, "output_min": 16, "output_max": 32}
-            | arrival,
-        },
-    }
-
-
 CASES = {
     "engine-closed-loop": (
         {"duration_s": 20, "cluster": {"num_nodes": 2}, "workload": SHORT},
@@ -71,9 +48,9 @@ CASES = {
         "openclaw",
     ),
     # closed-loop clients send a crashed node's requests again; open-loop ones fail
-    "crash-closed-loop": (fragmented("crash", {"num_clients": 6}), None),
-    "crash-open-loop": (fragmented("crash", {"arrival": "poisson", "rate": 2.0}), None),
-    "reject": (fragmented("reject", {"num_clients": 6}), None),
+    "crash-closed-loop": (fragmented("crash", CLOSED), None),
+    "crash-open-loop": (fragmented("crash", OPEN), None),
+    "reject": (fragmented("reject", CLOSED), None),
 }
 
 
