@@ -11,8 +11,9 @@ overflow table keyed by (key, parent), searched only when the slot misses or fai
 reused; each reused page that is not the request's own is counted as a false hit and its
 page_size tokens as wrong reuse (its KV was computed for other tokens or another prefix).
 
-Token ids live in one [num_pages, page_size] table, a copy (so a finished prompt can be freed),
-which makes level 2 one vectorised comparison per lookup.
+Token ids live in one copy of every indexed page's ids (so a finished prompt can be freed;
+sim/kv/page_tokens.py keeps them in ~2.1 bytes a token), which makes level 2 a few vectorised
+comparisons per lookup.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from sim.kv.index_base import ROOT, IndexBase, Match
 from sim.kv.page_slots import new_page_slots
+from sim.kv.page_tokens import PageTokens
 
 
 class TwoLevelIndex(IndexBase):
@@ -29,7 +31,7 @@ class TwoLevelIndex(IndexBase):
         # prefix_pages raises are applied at once (sim/kv/prefix_depth.py)
         super().__init__(num_pages, page_size, lazy_raises=verify_tokens)
         self.verify_tokens = verify_tokens
-        # hash_only keeps no token ids (modelled bytes); the simulator still fills token_table as
+        # hash_only keeps no token ids (modelled bytes); the simulator still fills page_tokens as
         # ground truth, to count wrong reuse.
         self.token_copy = verify_tokens
         self.key_to_page = new_page_slots(self.page_key)  # level 1: one slot per short key
@@ -37,7 +39,7 @@ class TwoLevelIndex(IndexBase):
         # Until a page first goes to the overflow, level 1 holds exactly the keys of the indexed
         # pages (each holds its own slot): the routing table may read it as the node's entries.
         self.overflow_used = False
-        self.token_table = np.zeros((num_pages, page_size), dtype=np.int32)
+        self.page_tokens = PageTokens(num_pages, page_size)
 
     # -- lookup ------------------------------------------------------------------------------
     def match(self, keys: np.ndarray, prompt: np.ndarray, max_pages: int) -> Match:
@@ -79,7 +81,7 @@ class TwoLevelIndex(IndexBase):
         """bool per page of `run`: same parent chain and same tokens as the request's page."""
         pages = np.array(run, dtype=np.int64)
         expected_parent = np.concatenate(([parent], pages[:-1]))
-        same_tokens = (self.token_table[pages] == self._own(prompt, start, len(run))).all(axis=1)
+        same_tokens = self.page_tokens.same(pages, self._own(prompt, start, len(run)))
         return (self.parent[pages] == expected_parent) & same_tokens & self.indexed[pages]
 
     def _exact_prefix(self, run: list[int], start: int, parent: int, prompt: np.ndarray) -> int:
@@ -91,7 +93,7 @@ class TwoLevelIndex(IndexBase):
             return None
         own = self._own(prompt, pos, 1)[0]
         for page in self.overflow.get((key, parent), ()):
-            if np.array_equal(self.token_table[page], own):
+            if self.page_tokens.equal(page, own):
                 return page
         return None
 
@@ -136,7 +138,7 @@ class TwoLevelIndex(IndexBase):
             ):
                 return False  # hash_only trusts the holder: nothing is indexed
         self._link_one(page, key, parent)
-        self.token_table[page] = tokens
+        self.page_tokens.write_one(page, tokens)
         return True
 
     def _claim_leading(self, pages: list[int], keys: list[int]) -> int:
@@ -186,10 +188,11 @@ class TwoLevelIndex(IndexBase):
     ) -> None:
         if end - start == 1:
             self._link(pages[start:end], keys[start:end], parent)
-            self.token_table[pages[start]] = tokens[start]
+            self.page_tokens.write_one(pages[start], tokens[start])
         elif end > start:
             arr = self._link(pages[start:end], keys[start:end], parent)
-            self.token_table[arr] = tokens[start:end]
+            assert arr is not None  # (None only for one page)
+            self.page_tokens.write(arr, tokens[start:end])
 
     def stand_in(self, key: int) -> int | None:
         """hash_only: the page a request's unindexed page is trusted to be (the key's holder)."""
@@ -198,12 +201,12 @@ class TwoLevelIndex(IndexBase):
     def _insert_one(self, page: int, key: int, parent: int, tokens: np.ndarray) -> bool:
         """Slow path: place one page behind a taken slot or in the overflow; False if a duplicate."""
         bucket = self.overflow.get((key, parent), [])
-        if any(np.array_equal(self.token_table[p], tokens) for p in bucket):
+        if any(self.page_tokens.equal(p, tokens) for p in bucket):
             return False
         holder = self.key_to_page.setdefault(key, page)
         if holder == page:  # the key was free (a page not indexed yet holds no slot)
             return True
-        if self.parent[holder] == parent and np.array_equal(self.token_table[holder], tokens):
+        if self.parent[holder] == parent and self.page_tokens.equal(holder, tokens):
             return False
         self.overflow.setdefault((key, parent), []).append(page)
         self.overflow_used = True

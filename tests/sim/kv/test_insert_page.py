@@ -37,7 +37,7 @@ def state(index) -> tuple:
     out = [a.tolist() for a in arrays] + [index.prefix_pages.tolist(), index.num_indexed]
     if isinstance(index, TwoLevelIndex):
         out += [sorted(index.key_to_page.items()), sorted(index.overflow.items())]
-        out += [index.token_table.tolist(), index.overflow_used]
+        out += [index.page_tokens.tokens(np.arange(NUM_PAGES)).tolist(), index.overflow_used]
     else:
         out += [sorted((k, sorted(v.items())) for k, v in index.edges.items())]
     return tuple(out)

@@ -86,7 +86,7 @@ def page_tokens(kv: PagedKV, page: int) -> np.ndarray:
     index = kv.cache.index
     if isinstance(index, RadixIndex):
         return np.frombuffer(index.edge_of[page], dtype=np.int32)
-    return index.token_table[page]
+    return index.page_tokens.tokens(page)
 
 
 def check(kv: PagedKV, running: list[Sequence], cfg: dict) -> None:

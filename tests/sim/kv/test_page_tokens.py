@@ -1,0 +1,90 @@
+"""`PageTokens` holds every page's ids exactly, whichever form a page takes (a 17th-bit mask or a
+row of high halves): checked against a plain int32 table over hypothesis sequences of writes and
+comparisons, with ids from the vocabulary, 31-bit generated ids and negative ones mixed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.kv.page_tokens import PageTokens
+
+NUM_PAGES = 6
+# vocabulary ids, ids at the form's edges, generated-id-like and negative ones
+IDS = st.one_of(
+    st.integers(0, 2**17 - 1),
+    st.sampled_from([0, 1, 2**16 - 1, 2**16, 2**17 - 1, 2**17, 2**31 - 1, -1, -(2**31)]),
+    st.integers(-(2**31), 2**31 - 1),
+)
+
+
+def pages_of(page_size: int):
+    return st.lists(IDS, min_size=page_size, max_size=page_size)
+
+
+@st.composite
+def operations(draw, page_size: int):
+    ops = []
+    for _ in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["one", "many", "same"]))
+        pages = draw(st.lists(st.integers(0, NUM_PAGES - 1), min_size=1, max_size=4, unique=True))
+        rows = [draw(pages_of(page_size)) for _ in pages]
+        ops.append((kind, pages, rows))
+    return ops
+
+
+@pytest.mark.parametrize("page_size", [1, 4, 16, 31, 32, 63, 64])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_page_tokens_match_a_plain_table(page_size, data):
+    table = PageTokens(NUM_PAGES, page_size)
+    plain = np.zeros((NUM_PAGES, page_size), dtype=np.int32)
+    for kind, pages, rows in data.draw(operations(page_size)):
+        ids = np.array(rows, dtype=np.int32)
+        if kind == "one":
+            table.write_one(pages[0], ids[0])
+            plain[pages[0]] = ids[0]
+        elif kind == "many":
+            table.write(np.array(pages), ids)
+            plain[pages] = ids
+        else:
+            # half the probes ask about the ids a page holds, half about other ids
+            probe = np.where(np.arange(len(pages))[:, None] % 2 == 0, plain[pages], ids)
+            expected = (plain[pages] == probe).all(axis=1)
+            assert table.same(np.array(pages), probe).tolist() == expected.tolist()
+            assert [
+                table.equal(p, row) for p, row in zip(pages, probe, strict=True)
+            ] == expected.tolist()
+        assert table.tokens(np.arange(NUM_PAGES)).tolist() == plain.tolist()
+    # rows are reused: never more in use than pages
+    assert len(table._rows) - len(table._free_rows) <= NUM_PAGES
+
+
+def test_a_vocabulary_page_takes_no_row():
+    table = PageTokens(4, 16)
+    ids = np.arange(2**17 - 16, 2**17, dtype=np.int32)
+    table.write(np.array([0, 1]), np.stack([ids, ids - 2**16]))
+    table.write_one(2, ids[::-1].copy())
+    assert table.mask[:3].tolist() == [0xFFFF, 0, 0xFFFF]
+    assert len(table._rows) == 0
+    assert table.low.nbytes + table.mask.nbytes == 4 * (16 * 2 + 4)
+
+
+def test_a_generated_page_takes_a_row_and_gives_it_back():
+    table = PageTokens(2, 4)
+    generated = np.array([2**30 + 5, 7, 2**17, 3], dtype=np.int32)
+    table.write_one(0, generated)
+    assert table.mask[0] == -1
+    assert table.tokens(0).tolist() == generated.tolist()
+    table.write_one(0, np.array([1, 2, 3, 4], dtype=np.int32))  # rewritten: the row is free
+    assert table.mask[0] == 0
+    table.write_one(1, generated)
+    assert table.mask[1] == -1  # the same row again
+    assert table.same(np.array([0, 1]), np.stack([np.arange(1, 5), generated])).tolist() == [
+        True,
+        True,
+    ]
+    # a page differing only in one id's high half
+    assert not table.equal(1, generated + np.array([2**16, 0, 0, 0], dtype=np.int32))
