@@ -4,7 +4,8 @@
 `.so` beside its `.py`, plus one shared library (moved into `sim/`), and `sim/native.json`
 records the SHA-256 of every source compiled. The same build compiles the C extensions in
 `C_EXTENSIONS` (the routing table's probe loops, `sim/_holders.c`; the prefix index's level 1,
-`sim/_slots.c`; the chained page keys' loop, `sim/_pagekeys.c`), recorded and used with them.
+`sim/_slots.c`; the chained page keys' loop, `sim/_pagekeys.c`; the token copy's page loops,
+`sim/_pagetokens.c`), recorded and used with them.
 An extension module shadows the source beside it, so a source edited since would be ignored
 silently. `import sim` therefore checks the record first. If any compiled source has changed
 since (or the record is missing, or `KVSCHED_PURE=1` is set), every module in `COMPILED` is
@@ -43,7 +44,7 @@ COMPILED = (
     "sim.router",
 )
 # Written in C (CPython's API), built beside them and recorded with them: used only together.
-C_EXTENSIONS = ("sim._holders", "sim._slots", "sim._pagekeys")
+C_EXTENSIONS = ("sim._holders", "sim._slots", "sim._pagekeys", "sim._pagetokens")
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = Path(__file__).with_name("native.json")
 PURE_ENV = "KVSCHED_PURE"

@@ -9,6 +9,10 @@ instead, its mask set to -1 - row. Both forms hold the whole id, so comparisons 
 
 Which form a page takes depends only on its own ids, so two equal pages take the same one: a
 page in mask form never equals ids that need a row, and the other way round.
+
+With the native build (sim/native.py) pages are written and compared in C (sim/_pagetokens.c),
+over the same arrays and in the same order as the numpy path here, which takes the same rows;
+tests/sim/kv/test_page_tokens.py runs both paths against a plain table.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import sys
 
 import numpy as np
 
-_VOCAB_BITS = 17  # ids below 2**17 fit the mask form: low 16 bits + one bit
+from sim import native
+
+# The page loops in C, when the native build is in use; else numpy.
+_C = native.c_extension("sim._pagetokens")
 
 
 class PageTokens:
-    def __init__(self, num_pages: int, page_size: int):
+    def __init__(self, num_pages: int, page_size: int, compiled: bool = True):
         if sys.byteorder != "little":  # the halves are read as int16 views of the int32 ids
             raise RuntimeError("PageTokens reads int32 ids as (low, high) int16 pairs")
         self.page_size = page_size
@@ -31,57 +38,77 @@ class PageTokens:
         mask_type = np.int32 if page_size <= 31 else np.int64
         self.mask = np.zeros(num_pages, dtype=mask_type)
         self._bits = (1 << np.arange(min(page_size, 63), dtype=np.int64)).astype(mask_type)
-        self._rows = np.zeros((0, page_size), dtype=np.int16)  # high halves of row-form pages
-        self._free_rows: list[int] = []
+        self.rows = np.zeros((0, page_size), dtype=np.int16)  # high halves of row-form pages
+        self._free = np.zeros(0, dtype=np.int32)  # a stack of free rows, the top at the end ...
+        self._num_free = np.zeros(1, dtype=np.int64)  # ... of its first _num_free[0] entries
+        self._c = _C if compiled else None  # compiled=False: numpy alone (tests compare)
 
     # -- writes ------------------------------------------------------------------------------
     def write_one(self, page: int, tokens: np.ndarray) -> None:
         """Page `page` now holds `tokens` (int32 [page_size])."""
-        halves = _halves(tokens.reshape(1, self.page_size))
-        self.low[page] = halves[0, :, 0]
-        self._release(int(self.mask[page]))
-        high = halves[0, :, 1]
-        if self._maskable and int(high.view(np.uint16).max()) <= 1:
-            self.mask[page] = int(high @ self._bits)
-        else:
-            self.mask[page] = -1 - self._new_row(high)
+        self.write(np.array([page], dtype=np.int64), tokens.reshape(1, self.page_size))
 
     def write(self, pages: np.ndarray, tokens: np.ndarray) -> None:
         """Pages `pages` (distinct) now hold `tokens` (int32 [len(pages), page_size])."""
-        halves = _halves(tokens)
-        self.low[pages] = halves[:, :, 0]
-        old = self.mask[pages]
-        if int(old.min(initial=0)) < 0:
-            for value in old[old < 0].tolist():
-                self._release(value)
-        high = halves[:, :, 1]
-        if self._maskable and int(high.view(np.uint16).max(initial=0)) <= 1:
-            self.mask[pages] = high @ self._bits
+        ids = np.ascontiguousarray(tokens, dtype=np.int32)
+        pages = np.ascontiguousarray(pages, dtype=np.int64)
+        if self._c is None:
+            for i, page in enumerate(pages.tolist()):
+                self._write_numpy(page, ids[i])
             return
-        for page, row in zip(pages.tolist(), high, strict=True):
-            if self._maskable and int(row.view(np.uint16).max()) <= 1:
-                self.mask[page] = int(row @ self._bits)
-            else:
-                self.mask[page] = -1 - self._new_row(row)
+        while True:
+            args = (self.low, self.mask, self.rows, self._free, self._num_free)
+            stopped = self._c.write(*args, pages, ids, self.page_size)
+            if stopped < 0:
+                return
+            self._grow()  # no row was free for pages[stopped]: go on from there
+            pages, ids = pages[stopped:], ids[stopped:]
 
-    def _new_row(self, high: np.ndarray) -> int:
-        if not self._free_rows:
-            grown = np.zeros((max(16, 2 * len(self._rows)), self.page_size), dtype=np.int16)
-            grown[: len(self._rows)] = self._rows
-            self._free_rows = list(range(len(grown) - 1, len(self._rows) - 1, -1))
-            self._rows = grown
-        row = self._free_rows.pop()
-        self._rows[row] = high
-        return row
+    def _write_numpy(self, page: int, ids: np.ndarray) -> None:
+        halves = _halves(ids.reshape(1, self.page_size))[0]
+        self.low[page] = halves[:, 0]
+        old = int(self.mask[page])
+        if old < 0:  # its row is given back
+            self._push(-1 - old)
+        high = halves[:, 1]
+        if self._maskable and int(high.view(np.uint16).max()) <= 1:
+            self.mask[page] = int(high @ self._bits)
+            return
+        if not self._num_free[0]:
+            self._grow()
+        self._num_free[0] -= 1
+        row = int(self._free[self._num_free[0]])
+        self.rows[row] = high
+        self.mask[page] = -1 - row
 
-    def _release(self, mask: int) -> None:
-        if mask < 0:
-            self._free_rows.append(-1 - mask)
+    def _push(self, row: int) -> None:
+        self._free[self._num_free[0]] = row
+        self._num_free[0] += 1
+
+    def _grow(self) -> None:
+        """Twice the rows (called when none is free): the new ones free, the lowest on top."""
+        assert self._num_free[0] == 0
+        size = len(self.rows)
+        grown = np.zeros((max(16, 2 * size), self.page_size), dtype=np.int16)
+        grown[:size] = self.rows
+        self.rows = grown
+        self._free = np.zeros(len(grown), dtype=np.int32)
+        self._free[: len(grown) - size] = np.arange(len(grown) - 1, size - 1, -1)
+        self._num_free[0] = len(grown) - size
 
     # -- reads -------------------------------------------------------------------------------
     def same(self, pages: np.ndarray, own: np.ndarray) -> np.ndarray:
         """bool [len(pages)]: page pages[i] holds exactly own[i] (int32 [len(pages), page_size])."""
-        halves = _halves(own)
+        ids = np.ascontiguousarray(own, dtype=np.int32)
+        pages = np.ascontiguousarray(pages, dtype=np.int64)
+        if self._c is None:
+            return self._same_numpy(pages, ids)
+        same = np.empty(len(pages), dtype=bool)
+        self._c.same(self.low, self.mask, self.rows, pages, ids, self.page_size, same)
+        return same
+
+    def _same_numpy(self, pages: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        halves = _halves(ids)
         same = (self.low[pages] == halves[:, :, 0]).all(axis=1)
         masks = self.mask[pages]
         high = halves[:, :, 1]
@@ -90,7 +117,7 @@ class PageTokens:
         for i in np.flatnonzero(same).tolist():
             mask = int(masks[i])
             if mask < 0:
-                same[i] = np.array_equal(self._rows[-1 - mask], high[i])
+                same[i] = np.array_equal(self.rows[-1 - mask], high[i])
             else:  # (a page never written holds zeros in the mask form, whatever its size)
                 bits = high[i].view(np.uint16)
                 same[i] = int(bits.max()) <= 1 and mask == sum(
@@ -112,12 +139,15 @@ class PageTokens:
             if mask >= 0:
                 halves[i, :, 1] = (mask >> np.arange(self.page_size)) & 1
             else:
-                halves[i, :, 1] = self._rows[-1 - mask]
+                halves[i, :, 1] = self.rows[-1 - mask]
         return out[0] if np.ndim(pages) == 0 else out
+
+    def rows_in_use(self) -> int:
+        return len(self.rows) - int(self._num_free[0])
 
     @property
     def nbytes(self) -> int:
-        return self.low.nbytes + self.mask.nbytes + self._rows.nbytes
+        return self.low.nbytes + self.mask.nbytes + self.rows.nbytes + self._free.nbytes
 
 
 def _halves(tokens: np.ndarray) -> np.ndarray:

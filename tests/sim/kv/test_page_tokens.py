@@ -1,6 +1,7 @@
 """`PageTokens` holds every page's ids exactly, whichever form a page takes (a 17th-bit mask or a
 row of high halves): checked against a plain int32 table over hypothesis sequences of writes and
-comparisons, with ids from the vocabulary, 31-bit generated ids and negative ones mixed."""
+comparisons, with ids from the vocabulary, 31-bit generated ids and negative ones mixed, with the
+C loops (sim/_pagetokens.c, when the native build is in use) and with numpy alone."""
 
 from __future__ import annotations
 
@@ -39,41 +40,49 @@ def operations(draw, page_size: int):
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_page_tokens_match_a_plain_table(page_size, data):
-    table = PageTokens(NUM_PAGES, page_size)
+    # the C loops (when built) and numpy side by side: the same answers and the same arrays
+    tables = [PageTokens(NUM_PAGES, page_size), PageTokens(NUM_PAGES, page_size, compiled=False)]
     plain = np.zeros((NUM_PAGES, page_size), dtype=np.int32)
     for kind, pages, rows in data.draw(operations(page_size)):
         ids = np.array(rows, dtype=np.int32)
         if kind == "one":
-            table.write_one(pages[0], ids[0])
+            for table in tables:
+                table.write_one(pages[0], ids[0])
             plain[pages[0]] = ids[0]
         elif kind == "many":
-            table.write(np.array(pages), ids)
+            for table in tables:
+                table.write(np.array(pages), ids)
             plain[pages] = ids
         else:
             # half the probes ask about the ids a page holds, half about other ids
             probe = np.where(np.arange(len(pages))[:, None] % 2 == 0, plain[pages], ids)
-            expected = (plain[pages] == probe).all(axis=1)
-            assert table.same(np.array(pages), probe).tolist() == expected.tolist()
-            assert [
-                table.equal(p, row) for p, row in zip(pages, probe, strict=True)
-            ] == expected.tolist()
-        assert table.tokens(np.arange(NUM_PAGES)).tolist() == plain.tolist()
-    # rows are reused: never more in use than pages
-    assert len(table._rows) - len(table._free_rows) <= NUM_PAGES
+            expected = (plain[pages] == probe).all(axis=1).tolist()
+            for table in tables:
+                assert table.same(np.array(pages), probe).tolist() == expected
+                equal = [table.equal(p, row) for p, row in zip(pages, probe, strict=True)]
+                assert equal == expected
+        for table in tables:
+            assert table.tokens(np.arange(NUM_PAGES)).tolist() == plain.tolist()
+            assert table.rows_in_use() <= NUM_PAGES  # rows are given back
+        c, numpy = tables
+        for name in ("low", "mask", "rows", "_free", "_num_free"):
+            assert getattr(c, name).tolist() == getattr(numpy, name).tolist()
 
 
-def test_a_vocabulary_page_takes_no_row():
-    table = PageTokens(4, 16)
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_vocabulary_page_takes_no_row(compiled):
+    table = PageTokens(4, 16, compiled)
     ids = np.arange(2**17 - 16, 2**17, dtype=np.int32)
     table.write(np.array([0, 1]), np.stack([ids, ids - 2**16]))
     table.write_one(2, ids[::-1].copy())
     assert table.mask[:3].tolist() == [0xFFFF, 0, 0xFFFF]
-    assert len(table._rows) == 0
+    assert len(table.rows) == 0
     assert table.low.nbytes + table.mask.nbytes == 4 * (16 * 2 + 4)
 
 
-def test_a_generated_page_takes_a_row_and_gives_it_back():
-    table = PageTokens(2, 4)
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_generated_page_takes_a_row_and_gives_it_back(compiled):
+    table = PageTokens(2, 4, compiled)
     generated = np.array([2**30 + 5, 7, 2**17, 3], dtype=np.int32)
     table.write_one(0, generated)
     assert table.mask[0] == -1
@@ -88,3 +97,11 @@ def test_a_generated_page_takes_a_row_and_gives_it_back():
     ]
     # a page differing only in one id's high half
     assert not table.equal(1, generated + np.array([2**16, 0, 0, 0], dtype=np.int32))
+
+
+def test_the_native_build_uses_the_c_loops():
+    from sim import native
+
+    if native.c_extension("sim._pagetokens") is None:
+        pytest.skip("no native build in use")
+    assert PageTokens(2, 4)._c is not None
