@@ -30,15 +30,18 @@ static void release_all(Buffers *b) {
     b->count = 0;
 }
 
-/* A C-contiguous buffer of `itemsize`-byte items (0: 4 or 8), read as a flat array. */
+/* A C-contiguous buffer of `itemsize`-byte integers (0: 4 or 8; 1: bool), as a flat array. */
 static Py_buffer *open_flat(Buffers *b, PyObject *array, int writable, Py_ssize_t itemsize,
                             const char *what) {
     Py_buffer *view = &b->views[b->count];
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(array, view, flags) < 0) return NULL;
     b->count++;
+    const char *format = view->format ? view->format : "B";
+    if (*format == '<' || *format == '=' || *format == '@') format++;
+    const char *kinds = itemsize == 1 ? "?" : "hilq";
     int ok = itemsize ? view->itemsize == itemsize : view->itemsize == 4 || view->itemsize == 8;
-    if (!ok) {
+    if (!ok || strlen(format) != 1 || strchr(kinds, *format) == NULL) {
         PyErr_Format(PyExc_TypeError, "%s has the wrong item size", what);
         return NULL;
     }
@@ -50,6 +53,7 @@ typedef struct {
     void *mask;
     int wide_mask; /* int64 masks (pages of 32-63 ids) */
     const int64_t *pages;
+    int64_t one_page; /* pages given as one Python int */
     const int32_t *ids;
     Py_ssize_t page_size, num_pages, num_rows, count;
 } Table;
@@ -81,8 +85,8 @@ static inline int64_t mask_form(const int32_t *ids, Py_ssize_t page_size) {
 static inline int16_t low_of(int32_t id) { return (int16_t)(uint16_t)(uint32_t)id; }
 static inline int16_t high_of(int32_t id) { return (int16_t)(uint16_t)((uint32_t)id >> 16); }
 
-/* args[0..]: low, mask, rows, then `pages` (int64) and `ids` (int32) at the given positions,
-   page_size at `size_at`. */
+/* args[0..]: low, mask, rows, then `pages` (an int64 array, or one page as a Python int) and
+   `ids` (int32) at the given positions, page_size at `size_at`. */
 static int open_table(Table *t, Buffers *b, PyObject *const *args, Py_ssize_t pages_at,
                       Py_ssize_t size_at) {
     memset(t, 0, sizeof(*t));
@@ -94,18 +98,28 @@ static int open_table(Table *t, Buffers *b, PyObject *const *args, Py_ssize_t pa
     Py_buffer *low = open_flat(b, args[0], 1, 2, "low");
     Py_buffer *mask = low ? open_flat(b, args[1], 1, 0, "mask") : NULL;
     Py_buffer *rows = mask ? open_flat(b, args[2], 1, 2, "rows") : NULL;
-    Py_buffer *pages = rows ? open_flat(b, args[pages_at], 0, 8, "pages") : NULL;
-    Py_buffer *ids = pages ? open_flat(b, args[pages_at + 1], 0, 4, "ids") : NULL;
+    if (rows == NULL) return -1;
+    Py_buffer *pages = NULL;
+    if (PyLong_Check(args[pages_at])) {
+        t->one_page = PyLong_AsLongLong(args[pages_at]);
+        if (t->one_page == -1 && PyErr_Occurred()) return -1;
+        t->pages = &t->one_page;
+        t->count = 1;
+    } else {
+        pages = open_flat(b, args[pages_at], 0, 8, "pages");
+        if (pages == NULL) return -1;
+        t->pages = pages->buf;
+        t->count = pages->len / 8;
+    }
+    Py_buffer *ids = open_flat(b, args[pages_at + 1], 0, 4, "ids");
     if (ids == NULL) return -1;
     t->low = low->buf;
     t->mask = mask->buf;
     t->wide_mask = mask->itemsize == 8;
     t->rows = rows->buf;
-    t->pages = pages->buf;
     t->ids = ids->buf;
     t->num_pages = mask->len / mask->itemsize;
     t->num_rows = rows->len / 2 / t->page_size;
-    t->count = pages->len / 8;
     if (low->len / 2 != t->num_pages * t->page_size || ids->len / 4 != t->count * t->page_size ||
         rows->len / 2 != t->num_rows * t->page_size) {
         PyErr_SetString(PyExc_ValueError, "low, mask, rows, pages and ids do not agree in size");

@@ -1,9 +1,10 @@
 /* The prefix index's level 1 in C: page key -> page, the loops of sim/kv/page_slots.py.
 
-   The table is one array the Python side owns, pages (int32: a page id, or EMPTY), one slot
-   each, linear probing from key & mask; a slot's key is its page's entry in the index's own
+   The table is one array the Python side owns, pages (a page id, or EMPTY), one slot each:
+   uint16 (EMPTY 0xFFFF) for a pool of fewer than 65,535 pages, else int32 (EMPTY -1); linear
+   probing from key & mask; a slot's key is its page's entry in the index's own
    page keys (uint64, one per page of the pool), which `claim` writes as it places a page. A
-   slot is 4 bytes where a copy of the key beside it made 12 (0.5 MB a node less at 65,536
+   slot is 2 or 4 bytes where a copy of the key beside it made 12 (0.65 MB a node less at 65,536
    slots). So a page holds at most one slot: claiming a key for a page that holds another is
    refused (the index never does: it claims only pages it has not indexed). Each function walks
    the keys' probe paths in the order given, exactly as a dict's get, setdefault and pop would
@@ -23,27 +24,47 @@
 #include <string.h>
 
 #define EMPTY (-1)
+#define NARROW_EMPTY 0xFFFF /* EMPTY in a uint16 table */
 
 typedef struct {
     Py_buffer keys, pages;
     uint64_t *key_of; /* the index's page keys: key_of[page] is the key of a slot holding page */
     Py_ssize_t num_pages;
-    int32_t *page;
+    void *slots;
+    int narrow; /* uint16 slots */
     uint64_t mask;
 } Table;
 
-#define SLOT_KEY(t, slot) ((t)->key_of[(t)->page[slot]])
+/* The page in a slot, or EMPTY. */
+static inline int32_t slot_page(const Table *t, uint64_t slot) {
+    if (!t->narrow) return ((const int32_t *)t->slots)[slot];
+    uint16_t page = ((const uint16_t *)t->slots)[slot];
+    return page == NARROW_EMPTY ? EMPTY : (int32_t)page;
+}
 
-/* One array's buffer: writable, contiguous, one-dimensional, of this item size and format kind. */
+static inline void set_slot(Table *t, uint64_t slot, int32_t page) {
+    if (t->narrow)
+        ((uint16_t *)t->slots)[slot] = page == EMPTY ? NARROW_EMPTY : (uint16_t)page;
+    else
+        ((int32_t *)t->slots)[slot] = page;
+}
+
+#define SLOT_KEY(t, slot) ((t)->key_of[slot_page(t, slot)])
+
+/* One array's buffer: writable, contiguous, one-dimensional, of this item size (0: 2 or 4) and
+   format kind. */
 static int open_array(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, const char *kinds) {
     int flags = PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
     if (PyObject_GetBuffer(array, view, flags) < 0) return -1;
     const char *format = view->format ? view->format : "B";
     if (*format == '<' || *format == '=' || *format == '@') format++;
-    if (view->ndim != 1 || view->itemsize != itemsize || strlen(format) != 1 ||
-        strchr(kinds, *format) == NULL) {
+    int size_ok = itemsize ? view->itemsize == itemsize
+                           : (view->itemsize == 4 && strchr("iI", *format) != NULL) ||
+                                 (view->itemsize == 2 && *format == 'H');
+    if (view->ndim != 1 || !size_ok || strlen(format) != 1 || strchr(kinds, *format) == NULL) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "page keys must be a uint64 and slots an int32 array");
+        PyErr_SetString(PyExc_TypeError,
+                        "page keys must be a uint64 and slots an int32 or uint16 array");
         return -1;
     }
     return 0;
@@ -59,7 +80,7 @@ static int table_open(Table *t, PyObject *keys, PyObject *pages, PyObject *mask_
         return -1;
     }
     if (open_array(keys, &t->keys, 8, "QLK") < 0) return -1;
-    if (open_array(pages, &t->pages, 4, "iI") < 0) {
+    if (open_array(pages, &t->pages, 0, "iIH") < 0) {
         PyBuffer_Release(&t->keys);
         return -1;
     }
@@ -72,8 +93,15 @@ static int table_open(Table *t, PyObject *keys, PyObject *pages, PyObject *mask_
     }
     t->key_of = (uint64_t *)t->keys.buf;
     t->num_pages = t->keys.shape[0];
-    t->page = (int32_t *)t->pages.buf;
+    t->slots = t->pages.buf;
+    t->narrow = t->pages.itemsize == 2;
     t->mask = (uint64_t)mask;
+    if (t->narrow && t->num_pages >= NARROW_EMPTY) {
+        PyBuffer_Release(&t->keys);
+        PyBuffer_Release(&t->pages);
+        PyErr_SetString(PyExc_ValueError, "uint16 slots hold pools of fewer than 65,535 pages");
+        return -1;
+    }
     return 0;
 }
 
@@ -89,7 +117,7 @@ static Py_ssize_t probe(const Table *t, uint64_t key, Py_ssize_t *vacant) {
     uint64_t slot = key & t->mask;
     *vacant = -1;
     for (uint64_t steps = 0; steps <= t->mask; steps++) {
-        if (t->page[slot] == EMPTY) {
+        if (slot_page(t, slot) == EMPTY) {
             *vacant = (Py_ssize_t)slot;
             return -1;
         }
@@ -106,13 +134,13 @@ static void remove_at(Table *t, uint64_t gap) {
     uint64_t mask = t->mask, next = gap;
     for (uint64_t steps = 0; steps < mask; steps++) {
         next = (next + 1) & mask;
-        if (t->page[next] == EMPTY) break;
+        if (slot_page(t, next) == EMPTY) break;
         uint64_t home = SLOT_KEY(t, next) & mask;
         if (((next - home) & mask) < ((next - gap) & mask)) continue; /* home in (gap, next] */
-        t->page[gap] = t->page[next];
+        set_slot(t, gap, slot_page(t, next));
         gap = next;
     }
-    t->page[gap] = EMPTY;
+    set_slot(t, gap, EMPTY);
 }
 
 /* key as a uint64: 1; 0 if it is an int outside 0..2**64-1 (no table holds it); -1 with an
@@ -214,7 +242,7 @@ static PyObject *get(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Table t;
     if (table_open(&t, args[0], args[1], args[2]) < 0) return NULL;
     Py_ssize_t vacant, slot = probe(&t, key, &vacant);
-    long page = slot < 0 ? -1 : (long)t.page[slot];
+    long page = slot < 0 ? -1 : (long)slot_page(&t, (uint64_t)slot);
     table_close(&t);
     return PyLong_FromLong(page);
 }
@@ -246,7 +274,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
         Py_ssize_t vacant, slot = ok ? probe(&t, key, &vacant) : -1;
         if (slot < 0) break;
-        PyObject *page = PyLong_FromLong((long)t.page[slot]);
+        PyObject *page = PyLong_FromLong((long)slot_page(&t, (uint64_t)slot));
         if (page == NULL || PyList_Append(out, page) < 0) Py_CLEAR(out);
         Py_XDECREF(page);
     }
@@ -258,7 +286,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 /* Does `page` hold a slot now (under the key its page-key entry records)? */
 static int holds_slot(const Table *t, int32_t page) {
     Py_ssize_t vacant, slot = probe(t, t->key_of[page], &vacant);
-    return slot >= 0 && t->page[slot] == page;
+    return slot >= 0 && slot_page(t, (uint64_t)slot) == page;
 }
 
 /* claim(page_keys, pages, mask, key_list, page_list) -> (holders, placed): each key in turn as
@@ -300,10 +328,10 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             }
             placed += 1;
             t.key_of[page] = k.keys[i];
-            t.page[vacant] = page;
+            set_slot(&t, (uint64_t)vacant, page);
             slot = vacant;
         }
-        PyObject *page = PyLong_FromLong((long)t.page[slot]);
+        PyObject *page = PyLong_FromLong((long)slot_page(&t, (uint64_t)slot));
         if (page == NULL) {
             Py_CLEAR(holders); /* (a slot placed before stays: the caller counts again) */
             break;
@@ -342,7 +370,7 @@ static PyObject *pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (k.held[i]) {
             Py_ssize_t vacant, slot = probe(&t, k.keys[i], &vacant);
             if (slot >= 0) {
-                page = (long)t.page[slot];
+                page = (long)slot_page(&t, (uint64_t)slot);
                 remove_at(&t, (uint64_t)slot);
             }
         }

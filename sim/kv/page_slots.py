@@ -3,10 +3,11 @@
 Two implementations answer alike (tests/sim/test_page_slots.py runs both against a dict):
 
 - `TableSlots`, with the native build (sim/native.py): open addressing (linear probing from the
-  key's low bits; keys are well-mixed hashes) in one array of pages (int32), walked in C
-  (sim/_slots.c); a slot's key is its page's entry in the index's page keys, which a claim
-  writes. 4 bytes a slot at most 70% full, against ~76 bytes a key in a dict (at 256 nodes the
-  level 1s hold ~9M keys) and 12 with a copy of the key in each slot. A page holds at most one
+  key's low bits; keys are well-mixed hashes) in one array of pages (uint16 for a pool of fewer
+  than 65,535 pages, else int32), walked in C (sim/_slots.c); a slot's key is its page's entry
+  in the index's page keys, which a claim writes. 2 or 4 bytes a slot at most 70% full, against
+  ~76 bytes a key in a dict (at 256 nodes the level 1s hold ~9M keys) and 12 with a copy of the
+  key in each slot. A page holds at most one
   slot (the index claims only pages it has not indexed; the table refuses any other).
 - `DictSlots`, without it: a dict, with the same batch methods.
 
@@ -28,7 +29,8 @@ from sim import native
 
 _C = native.c_extension("sim._slots")
 
-EMPTY = -1  # a vacant slot's page code (a page id is >= 0)
+EMPTY = -1  # a vacant slot's page code in an int32 table (a page id is >= 0) ...
+NARROW_EMPTY = 0xFFFF  # ... and in a uint16 one
 _MAX_FILL = 0.7
 _MIN_SLOTS = 16
 
@@ -68,17 +70,29 @@ class TableSlots(Mapping[int, int]):
         assert page_keys.dtype == np.uint64 and page_keys.ndim == 1
         self._key_of = page_keys
         self._num_live = 0
-        self._use(_empty_slots(_MIN_SLOTS))
+        # 2 bytes a slot where page ids and EMPTY fit (0.13 MB a 34,800-page node less)
+        narrow = page_keys.size < NARROW_EMPTY
+        self._slot_type: type[np.integer] = np.uint16 if narrow else np.int32
+        self._empty = NARROW_EMPTY if narrow else EMPTY
+        self._use(self._empty_slots(_MIN_SLOTS))
 
     def _use(self, pages: np.ndarray) -> None:
         self._pages = pages
         self._mask = pages.size - 1
         self._max_filled = int(_MAX_FILL * pages.size)
 
+    def _empty_slots(self, num_slots: int) -> np.ndarray:
+        return np.full(num_slots, self._empty, dtype=self._slot_type)
+
+    @property
+    def filled(self) -> np.ndarray:
+        """bool per slot: it holds a page."""
+        return self._pages != self._empty
+
     @property
     def _keys(self) -> np.ndarray:
         """uint64 per slot: the key of each filled slot's page (0 where a slot is empty)."""
-        filled = self._pages >= 0
+        filled = self.filled
         return np.where(filled, self._key_of[np.where(filled, self._pages, 0)], np.uint64(0))
 
     # -- reads ---------------------------------------------------------------------------------
@@ -107,7 +121,7 @@ class TableSlots(Mapping[int, int]):
         return self._num_live
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._key_of[self._pages[self._pages >= 0]].tolist())
+        return iter(self._key_of[self._pages[self.filled]].tolist())
 
     def run(self, keys: list[int]) -> list[int]:
         return _C.run(self._key_of, self._pages, self._mask, keys)
@@ -141,7 +155,7 @@ class TableSlots(Mapping[int, int]):
             raise KeyError(key)
 
     def _recount(self) -> None:
-        self._num_live = int(np.count_nonzero(self._pages >= 0))
+        self._num_live = int(np.count_nonzero(self.filled))
 
     def _grow(self, incoming: int) -> None:
         """Every key placed again, in the smallest table they and `incoming` more fill at most
@@ -149,18 +163,14 @@ class TableSlots(Mapping[int, int]):
         target = _MIN_SLOTS
         while self._num_live + incoming > _MAX_FILL * target:
             target *= 2
-        live = self._pages[self._pages >= 0]
+        live = self._pages[self.filled]
         keys, pages = self._key_of[live].tolist(), live.tolist()
-        new_pages = _empty_slots(target)
+        new_pages = self._empty_slots(target)
         # (each page's key entry is written again with the key it has)
         _, placed = _C.claim(self._key_of, new_pages, target - 1, keys, pages)
         # swapped in only once every key is placed: a failure leaves the old table whole
         self._use(new_pages)
         self._num_live = placed
-
-
-def _empty_slots(num_slots: int) -> np.ndarray:
-    return np.full(num_slots, EMPTY, dtype=np.int32)
 
 
 def new_page_slots(page_keys: np.ndarray, compiled: bool = True) -> DictSlots | TableSlots:

@@ -46,6 +46,13 @@ class PageTokens:
     # -- writes ------------------------------------------------------------------------------
     def write_one(self, page: int, tokens: np.ndarray) -> None:
         """Page `page` now holds `tokens` (int32 [page_size])."""
+        if self._c is not None:  # (a generated page: ~80,000 an engine arm, one call each)
+            try:
+                args = (self.low, self.mask, self.rows, self._free, self._num_free)
+                if self._c.write(*args, page, tokens, self.page_size) < 0:
+                    return
+            except (TypeError, ValueError, BufferError):
+                pass  # not int32 ids in one piece: converted below
         self.write(np.array([page], dtype=np.int64), tokens.reshape(1, self.page_size))
 
     def write(self, pages: np.ndarray, tokens: np.ndarray) -> None:

@@ -137,7 +137,9 @@ class PrefixDepths:
         self.values[path] = np.maximum(self.values[path], deepest)
         self._held[path] -= 1
         self._held[tail] -= 1
-        self._remember(tail, buffer, length)
+        # remembered without its room to grow (up to half the buffer, and a walked path's
+        # buffer is twice the path): at 256 nodes that room was ~25 MB
+        self._remember(tail, path.copy(), length)
 
     # -- paths -------------------------------------------------------------------------------
     def _raise_now(self, buffer: np.ndarray, length: int, deepest: int) -> None:

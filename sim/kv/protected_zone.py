@@ -22,7 +22,10 @@ class ProtectedZone:
         self.window = window
         self.max_pages = max_pages
         self.min_count = max(1, math.ceil(share * window - 1e-9))  # requests needed in the window
-        self.counts = np.zeros(num_pages, dtype=np.int32)  # window requests that reused the page
+        # window requests that reused the page: at most `window`, so 16 bits where that fits
+        # (0.07 MB a 34,800-page node less)
+        narrow = window <= np.iinfo(np.int16).max
+        self.counts: np.ndarray = np.zeros(num_pages, dtype=np.int16 if narrow else np.int32)
         self.generation = np.zeros(num_pages, dtype=np.int32)  # bumped when a page leaves the index
         self._recent: deque[tuple[np.ndarray, np.ndarray]] = deque()  # (pages, their generations)
         self.num_hot = 0  # pages at min_count or more: none (the usual case) skips the pool scan

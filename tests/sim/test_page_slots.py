@@ -15,14 +15,17 @@ from sim.kv import page_slots
 from sim.kv.page_slots import DictSlots, TableSlots, new_page_slots
 
 needs_c = pytest.mark.skipif(page_slots._C is None, reason="the native build is not in use")
-KINDS = ["dict", pytest.param("table", marks=needs_c)]
+# "table": uint16 slots (a pool of NUM_PAGES); "wide": int32 slots (a pool of 70,000 pages)
+KINDS = ["dict", pytest.param("table", marks=needs_c), pytest.param("wide", marks=needs_c)]
 
 
 NUM_PAGES = 20_000  # the pool the page keys are of
 
 
 def make(kind: str) -> DictSlots | TableSlots:
-    return DictSlots() if kind == "dict" else TableSlots(np.zeros(NUM_PAGES, dtype=np.uint64))
+    if kind == "dict":
+        return DictSlots()
+    return TableSlots(np.zeros(NUM_PAGES if kind == "table" else 70_000, dtype=np.uint64))
 
 
 # Small keys collide in a small table's home slots, large ones test the 64-bit range.
@@ -82,13 +85,15 @@ def check_counts(slots: TableSlots) -> None:
     """The count the fill bound is kept by is the arrays' own, under the bound; every vacant slot
     is EMPTY; and no key's probe path crosses an empty slot before it (what lets removals close
     up their clusters instead of leaving tombstones)."""
-    pages, keys, mask = slots._pages, slots._keys, slots._mask
-    assert slots._num_live == int((pages >= 0).sum()) <= slots._max_filled
-    assert set(pages[pages < 0].tolist()) <= {page_slots.EMPTY}
-    for slot in (pages >= 0).nonzero()[0].tolist():
+    pages, keys, mask, filled = slots._pages, slots._keys, slots._mask, slots.filled
+    assert slots._num_live == int(filled.sum()) <= slots._max_filled
+    empty = page_slots.NARROW_EMPTY if pages.dtype == np.uint16 else page_slots.EMPTY
+    assert set(pages[~filled].tolist()) <= {empty}
+    assert (pages[filled] < NUM_PAGES).all()
+    for slot in filled.nonzero()[0].tolist():
         home = int(keys[slot]) & mask
         path = [(home + step) & mask for step in range(((slot - home) & mask) + 1)]
-        assert all(pages[p] >= 0 for p in path), (slot, home)
+        assert all(filled[p] for p in path), (slot, home)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -101,7 +106,7 @@ def test_every_answer_is_a_dicts(kind, ops):
             arg = unheld(reference, arg)
         assert apply_to(slots, op, arg) == apply_to_dict(reference, op, arg)
         assert len(slots) == len(reference)
-        if kind == "table":
+        if kind != "dict":
             check_counts(slots)
     assert dict(slots.items()) == reference
     assert sorted(slots) == sorted(reference)
@@ -122,14 +127,14 @@ def test_a_table_grows_and_refills_removed_slots_without_losing_a_key(kind):
         assert slots.pop_many(gone) == [reference.pop(k, -1) for k in gone]
     assert len(slots) == len(reference) == 6 * 1500
     assert dict(slots.items()) == reference
-    if kind == "table":  # live keys stay under the fill bound, in the smallest table for them
+    if kind != "dict":  # live keys stay under the fill bound, in the smallest table for them
         check_counts(slots)
         assert slots._keys.size == 16384  # 9,000 live keys: 70% of 16,384 (11,468), not 8,192
 
 
 def slot_map(slots: TableSlots) -> dict[int, tuple[int, int]]:
     """slot -> (key, page) of every filled slot."""
-    filled = (slots._pages >= 0).nonzero()[0].tolist()
+    filled = slots.filled.nonzero()[0].tolist()
     return {s: (int(slots._keys[s]), int(slots._pages[s])) for s in filled}
 
 
@@ -242,6 +247,12 @@ def test_the_c_loops_refuse_arrays_of_other_types_or_sizes():
     assert page_slots._C.get(keys[:3], pages, 15, 1) == -1  # page keys: one per pool page
     with pytest.raises(ValueError):
         page_slots._C.get(keys, pages, 14, 1)  # not a power of two minus 1
+    narrow = np.full(16, page_slots.NARROW_EMPTY, np.uint16)
+    assert page_slots._C.get(keys, narrow, 15, 1) == -1
+    with pytest.raises(TypeError):
+        page_slots._C.get(keys, narrow.astype(np.int16), 15, 1)
+    with pytest.raises(ValueError):  # page ids past 65,534 do not fit
+        page_slots._C.get(np.zeros(65_535, np.uint64), narrow, 15, 1)
 
 
 def test_the_build_decides_which_table_an_index_gets():

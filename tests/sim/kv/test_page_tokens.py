@@ -13,16 +13,22 @@ from hypothesis import strategies as st
 from sim.kv.page_tokens import PageTokens
 
 NUM_PAGES = 6
-# vocabulary ids, ids at the form's edges, generated-id-like and negative ones
-IDS = st.one_of(
-    st.integers(0, 2**17 - 1),
-    st.sampled_from([0, 1, 2**16 - 1, 2**16, 2**17 - 1, 2**17, 2**31 - 1, -1, -(2**31)]),
-    st.integers(-(2**31), 2**31 - 1),
-)
+EDGES = np.array([0, 1, 2**16 - 1, 2**16, 2**17 - 1, 2**17, 2**31 - 1, -1, -(2**31)], np.int64)
 
 
-def pages_of(page_size: int):
-    return st.lists(IDS, min_size=page_size, max_size=page_size)
+def page_ids(page_size: int, kind: str, seed: int) -> list[int]:
+    """One page's ids: vocabulary ids, with the forms' edge values mixed in, or any int32 ids
+    (31-bit generated ids, negative ones). Drawn from a seed: a page of 64 hypothesis draws
+    would pass its health check's bound on the data a test may take."""
+    rng = np.random.default_rng(seed)
+    if kind == "vocabulary":
+        return rng.integers(0, 2**17, page_size).tolist()
+    if kind == "edges":
+        ids = rng.integers(0, 2**17, page_size)
+        spots = rng.random(page_size) < 0.3
+        ids[spots] = rng.choice(EDGES, int(spots.sum()))
+        return ids.tolist()
+    return rng.integers(-(2**31), 2**31, page_size).tolist()
 
 
 @st.composite
@@ -31,7 +37,8 @@ def operations(draw, page_size: int):
     for _ in range(draw(st.integers(1, 25))):
         kind = draw(st.sampled_from(["one", "many", "same"]))
         pages = draw(st.lists(st.integers(0, NUM_PAGES - 1), min_size=1, max_size=4, unique=True))
-        rows = [draw(pages_of(page_size)) for _ in pages]
+        kinds = st.sampled_from(["vocabulary", "edges", "any"])
+        rows = [page_ids(page_size, draw(kinds), draw(st.integers(0, 2**16))) for _ in pages]
         ops.append((kind, pages, rows))
     return ops
 
@@ -105,3 +112,15 @@ def test_the_native_build_uses_the_c_loops():
     if native.c_extension("sim._pagetokens") is None:
         pytest.skip("no native build in use")
     assert PageTokens(2, 4)._c is not None
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_ids_of_another_type_or_strided_are_converted(compiled):
+    table = PageTokens(3, 4, compiled)
+    wide = np.array([1, 2**20, 3, 4], dtype=np.int64)
+    strided = np.arange(8, dtype=np.int32)[::2]
+    table.write_one(0, wide)
+    table.write_one(1, strided)
+    table.write(np.array([2]), wide.reshape(1, 4))
+    assert table.tokens(np.arange(3)).tolist() == [wide.tolist(), [0, 2, 4, 6], wide.tolist()]
+    assert table.same(np.array([0, 1]), np.stack([wide, strided.astype(np.int64)])).all()
