@@ -82,7 +82,9 @@ class PagePool:
         # int32, 4 bytes a page less each at hundreds of nodes: page ids, and epochs (batch steps:
         # 2**31 of them is months of simulated time; numpy refuses a larger epoch, never wraps it)
         self.release_epoch = np.zeros(num_pages, dtype=np.int32)  # epoch its count last hit zero
-        self._ring = np.arange(num_pages, dtype=np.int32)  # FIFO free list: ring[head : head+count]
+        # FIFO free list: ring[head : head+count]; page ids fit 16 bits in a pool of <= 65,536
+        ring_type = np.uint16 if num_pages <= 1 << 16 else np.int32
+        self._ring = np.arange(num_pages, dtype=ring_type)
         self._head = 0
         self.num_free = num_pages
         self.epochs = Epochs()
@@ -306,7 +308,7 @@ class PagePool:
         self.num_free += n
 
     def _ring_slice(self, start: int, n: int) -> np.ndarray:
-        """int32 [n]: the ring's entries start, start + 1, ... (wrapping); a view when they do
+        """[n] page ids: the ring's entries start, start + 1, ... (wrapping); a view when they do
         not wrap (read at once, before the ring changes)."""
         if start + n <= self.num_pages:
             return self._ring[start : start + n]
